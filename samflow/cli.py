@@ -1,0 +1,69 @@
+"""The ``samflow`` command line.
+
+Subcommands live in their own modules; each exposes ``register(subparsers)`` that
+adds its parser and sets ``func`` (``args -> exit status``). Bad input of any kind
+ends with exit status 2 and one line ``samflow: error: ...`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from samflow import __version__
+from samflow.errors import InputError
+
+COMMAND_MODULES = (
+    "samflow.commands.trajectory",
+    "samflow.commands.demo",
+    "samflow.images.cli",
+)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise InputError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="samflow",
+        description="Simulate GD and SAM (l2, linf, unnormalised) on linear diagonal "
+        "networks and CNNs; map their implicit-bias regimes.",
+    )
+    parser.add_argument("--version", action="version", version=f"samflow {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        args.command_line = "samflow " + " ".join(argv)
+        status = args.func(args)
+    except (InputError, FileNotFoundError) as err:
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"samflow: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("samflow: interrupted", file=sys.stderr)
+        return 130
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Floating-point precision without touching the user's global JAX configuration.
+
+The diagonal engine computes in float64 by default (THEORY section 7: discrete
+logistic training underflows in float32 in the collapse regime). Importing samflow
+does NOT call ``jax.config.update("jax_enable_x64", True)``, which would silently
+change every other JAX program in the same process. Instead each public entry point
+runs inside :func:`precision`, a scoped ``jax.enable_x64`` context, and casts its
+inputs to the requested dtype. Compiled functions are cached per precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import jax
+import numpy as np
+
+DTYPES = ("float64", "float32")
+
+
+def check_dtype(dtype: str) -> np.dtype:
+    """``np.dtype`` of ``dtype``; ValueError naming it unless float64 or float32."""
+    if str(dtype) not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose float64 or float32")
+    return np.dtype(str(dtype))
+
+
+@contextlib.contextmanager
+def precision(dtype: str = "float64") -> Iterator[np.dtype]:
+    """Context in which arrays of ``dtype`` can be made; float64 enables x64 locally."""
+    dt = check_dtype(dtype)
+    if dt == np.float64:
+        with jax.enable_x64(True):
+            yield dt
+    else:
+        yield dt
