@@ -60,17 +60,21 @@ class PerturbationRule:
     Attributes:
         name: the method's name on the command line.
         direction: ``g -> eps`` over pytrees, or None for no ascent step (GD).
+        scale_invariant: ``eps(c g) = eps(g)`` for every ``c > 0``. Then, for one data
+            point, the loss factors out of the dynamics (THEORY section 3) and the
+            rescaled flow may compute ``eps`` from ``m = g / l'(z)`` directly.
     """
 
     name: str
     direction: Callable[[PyTree], PyTree] | None
+    scale_invariant: bool = True
 
 
 RULES: dict[str, PerturbationRule] = {
     "gd": PerturbationRule("gd", None),
     "sam-l2": PerturbationRule("sam-l2", _l2_direction),
     "sam-linf": PerturbationRule("sam-linf", _linf_direction),
-    "usam": PerturbationRule("usam", _usam_direction),
+    "usam": PerturbationRule("usam", _usam_direction, scale_invariant=False),
 }
 METHODS: tuple[str, ...] = tuple(RULES)
 

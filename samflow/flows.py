@@ -1,0 +1,346 @@
+"""Continuous-time flows with diffrax (THEORY sections 3 and 4).
+
+One data point (``x = mu``, ``y = +1``): the *rescaled* flow in ``tau``,
+
+    dw^(l)_j / dtau = mu_j prod_{k != l} w~^(k)_j,    w~ = w + rho eps,
+
+where ``eps`` is the method's perturbation of ``g = l'(z) m``, ``m^(l)_j = mu_j
+prod_{k != l} w^(k)_j``. For scale-invariant rules (l2, linf) ``eps`` is computed from
+``-m`` directly (``l'(z)`` underflows once the margin is large); USAM keeps the factor.
+More than one point: the plain SAM gradient flow ``dtheta/dt = -grad Loss(theta + rho
+eps)`` with ``t = eta * steps``.
+
+Three formulations, chosen by :func:`choose_formulation` (or forced):
+
+``log``
+    Balanced positive initialisation (every real layer equal to the same vector
+    alpha > 0), one point, methods gd / sam-l2 / usam. All layers stay equal to ``u``,
+    ``u`` stays positive, and the state is ``s = log u`` (derived here):
+
+        ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1),
+        r_j = rho mu_j u_j^(L-2) c,   c = 1/N (l2), sigmoid(-z) (usam), 0 (gd),
+        N = ||m||_2 = sqrt(L sum_k mu_k^2 u_k^(2L-2)),  z = sum_k mu_k u_k^L,
+
+    since ``w~_j = u_j - rho c mu_j u_j^(L-1) = u_j (1 - r_j)``. Every power is taken in
+    log space (``log N`` by logsumexp), so exponential growth does not overflow.
+    Positivity: as ``u_j -> 0``, ``r_j -> 0`` for L >= 2 and ``w~_j -> u_j > 0``.
+``linf``
+    Balanced positive initialisation, one point, sam-linf. ``sign(m_j) = sign(u_j)^(L-1)``,
+    so ``du_j/dtau = mu_j (u_j - rho)^(L-1)`` while that sign is +1. For even L a
+    coordinate below rho falls to 0 and the sign flips there: the field points back to
+    0 from both sides (Filippov sliding), so 0 is absorbing and the field is set to 0
+    there; the discrete iterates hover at 0 in the same way.
+``linear``
+    Any initialisation and data: the state is ``theta`` ``[L_max, d]`` itself. linf
+    here uses ``sign`` as it is; where a sign switches, the adaptive solver may need
+    many steps, and reaching ``max_steps`` is reported as a failure, not hidden.
+
+Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` leaves
+``(log max|beta(0)| - singular_log_range, log_beta_max)``.
+
+- Upper edge: for L >= 3 this is the finite-time blow-up of THEORY section 4 and its
+  ``tau`` is reported (``blowup``). Near it ``beta ~ (tau* - tau)^(-L/(L-2))``, so the
+  edge is lowered to ``L/(L-2) * singular_log_range``: a higher one would ask for tau
+  closer to tau* than the dtype resolves. For L <= 2 it guards against overflow
+  (``log_beta_max`` is half the log of the dtype's largest number, so every square
+  taken in a norm stays finite). Records after it are NaN: the horizon ended there.
+- Lower edge: l2-SAM in the collapse regime reaches ``beta = 0`` in *finite* rescaled
+  time (derived here: at L = 2, while u is small, ``d log u_j/dtau ~ -rho mu_j^2 / N``
+  with ``N`` proportional to ``|u|``, so ``dN/dtau`` tends to a negative constant).
+  The field is 0/0 at the origin and the discrete iterates hover there, so the
+  solution is continued as ``beta = 0`` (``collapsed``) and later records are zero.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from jax import Array
+
+from samflow.errors import InputError
+from samflow.init import is_balanced
+from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
+from samflow.precision import precision
+from samflow.steps import PerturbationRule, get_rule, perturbed_point
+
+FORMULATIONS = ("auto", "log", "linf", "linear")
+SOLVERS = {
+    "tsit5": diffrax.Tsit5,
+    "dopri5": diffrax.Dopri5,
+    "dopri8": diffrax.Dopri8,
+    "heun": diffrax.Heun,
+    "kvaerno5": diffrax.Kvaerno5,
+}
+
+
+class FlowConfig(NamedTuple):
+    """Static options of a solve (hashable: part of the compilation key).
+
+    Fields:
+        formulation: ``log``, ``linf`` or ``linear`` (see module docstring).
+        solver: a key of ``SOLVERS``.
+        rtol, atol: tolerances of the PID step-size controller.
+        max_steps: cap on solver steps; reaching it is reported as a failure.
+        log_beta_max: stop when ``log max|beta_j|`` exceeds this.
+        singular_log_range: how far, in ``log |beta|``, a finite-time singularity is
+            followed: collapse when ``log max|beta_j|`` falls this far below its
+            initial value; blow-up (L >= 3) at ``L/(L-2)`` times this.
+    """
+
+    formulation: str = "log"
+    solver: str = "tsit5"
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    max_steps: int = 100_000
+    log_beta_max: float = 354.0
+    singular_log_range: float = 16.0
+
+
+class FlowSolution(NamedTuple):
+    """A solved flow at the saved times (a sweep adds leading grid axes).
+
+    Fields:
+        tau: ``[T]`` saved rescaled times (plain time ``t`` for n > 1); ``tau[0] = 0``.
+        beta: ``[T, d]`` predictor, NaN after the stop.
+        loss: ``[T]`` loss, NaN after the stop.
+        theta: ``[T, L_max, d]`` parameters, NaN after the stop.
+        stop_tau: scalar, where the solve ended (the horizon, or the event).
+        blowup: scalar bool, True when the upper norm event ended the solve.
+        collapsed: scalar bool, True when beta reached 0 (the lower norm event).
+        failed: scalar bool, True when the solver failed (max_steps, non-finite state).
+    """
+
+    tau: Array
+    beta: Array
+    loss: Array
+    theta: Array
+    stop_tau: Array
+    blowup: Array
+    collapsed: Array
+    failed: Array
+
+
+def choose_formulation(problem: Problem, theta0: np.ndarray, depth: int, method: str) -> str:
+    """The formulation ``auto`` picks: log/linf for one point and balanced init."""
+    if problem.X.shape[0] == 1 and np.all(np.asarray(problem.X) > 0):
+        if is_balanced(theta0, depth):
+            return "linf" if method == "sam-linf" else "log"
+    return "linear"
+
+
+def _signed_int_pow(x: Array, k: Array) -> Array:
+    """``x ** k`` for a traced integer ``k >= 0`` and any sign of ``x``."""
+    mag = jnp.abs(x) ** k
+    return jnp.where(k % 2 == 1, jnp.sign(x) * mag, mag)
+
+
+def _log_field(tau, s, args):
+    mu, depth, rho, rule = args
+    L = depth.astype(s.dtype)
+    log_mu = jnp.log(mu)
+    if rule.direction is None:
+        log_c = jnp.full((), -jnp.inf, s.dtype)
+    elif rule.scale_invariant:  # l2: c = 1 / ||m||_2
+        log_c = -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
+    else:  # usam: c = |l'(z)| = sigmoid(-z)
+        z = jnp.exp(jax.nn.logsumexp(log_mu + L * s))
+        log_c = -jax.nn.softplus(z)
+    r = jnp.exp(jnp.log(rho) + log_mu + (L - 2) * s + log_c)
+    return mu * jnp.exp((L - 2) * s) * _signed_int_pow(1 - r, depth - 1)
+
+
+def _linf_field(tau, u, args):
+    mu, depth, rho, _ = args
+    grows = (u > 0) | (depth % 2 == 1)
+    return jnp.where(grows, mu * _signed_int_pow(u - rho, depth - 1), 0.0)
+
+
+def _m(theta, mu, mask):
+    return mu * exclusive_products(theta) * mask
+
+
+def _rescaled_field(tau, theta, args):
+    mu, mask, rho, rule = args
+    m = _m(theta, mu, mask)
+    scale = 1.0 if rule.scale_invariant else jax.nn.sigmoid(-jnp.sum(mu * beta(theta)))
+    tilde = perturbed_point(theta, -scale * m, rule, rho)
+    return _m(tilde, mu, mask)
+
+
+def _plain_field(tau, theta, args):
+    problem, mask, rho, rule = args
+    g, _ = grad_and_aux(theta, problem, mask)
+    g_adv, _ = grad_and_aux(perturbed_point(theta, g, rule, rho), problem, mask)
+    return -g_adv
+
+
+def _to_theta(y, formulation, n_layers, depth):
+    """Flow state -> ``theta`` ``[..., L_max, d]`` (balanced states fill real layers)."""
+    if formulation == "linear":
+        return y
+    u = jnp.exp(y) if formulation == "log" else y
+    rows = layer_mask(depth, n_layers, u.dtype)
+    return rows * u[..., None, :] + (1 - rows)
+
+
+def integrate(
+    theta0: Array,
+    problem: Problem,
+    depth: Array | int,
+    rho: Array | float,
+    save_tau: Array,
+    *,
+    rule: PerturbationRule,
+    config: FlowConfig,
+) -> FlowSolution:
+    """Pure, vmappable solve from ``theta0`` ``[L_max, d]`` saving at ``save_tau`` ``[T]``.
+
+    ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon.
+    """
+    dtype = theta0.dtype
+    n_layers, _ = theta0.shape
+    depth = jnp.asarray(depth)
+    rho = jnp.asarray(rho, dtype)
+    mask = layer_mask(depth, n_layers, dtype)
+    form = config.formulation
+    mu = problem.X[0]
+    if form == "log":
+        y0, field, args = jnp.log(theta0[0]), _log_field, (mu, depth, rho, rule)
+    elif form == "linf":
+        y0, field, args = theta0[0], _linf_field, (mu, depth, rho, rule)
+    elif problem.X.shape[0] == 1:
+        y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
+    else:
+        y0, field, args = theta0, _plain_field, (problem, mask, rho, rule)
+
+    def log_beta_max(y):
+        if form == "log":
+            return depth * jnp.max(y)
+        return jnp.log(jnp.max(jnp.abs(beta(_to_theta(y, form, n_layers, depth)))))
+
+    low = log_beta_max(y0) - config.singular_log_range
+    high = jnp.where(
+        depth >= 3,
+        jnp.minimum(config.log_beta_max, depth / (depth - 2) * config.singular_log_range),
+        config.log_beta_max,
+    )
+
+    def cond_fn(t, y, args, **kwargs):
+        level = log_beta_max(y)
+        return jnp.minimum(high - level, level - low)
+
+    root_tol = float(np.sqrt(np.finfo(dtype).eps))
+    event = diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=root_tol, atol=root_tol))
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)])
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(field),
+        SOLVERS[config.solver](),
+        t0=save_tau[0],
+        t1=save_tau[-1],
+        dt0=None,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
+        event=event,
+        max_steps=config.max_steps,
+        throw=False,
+    )
+    ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
+    event = sol.result == diffrax.RESULTS.event_occurred
+    collapsed = event & (log_beta_max(y_end) < low + 1)
+    blowup = event & ~collapsed
+    ok = (sol.result == diffrax.RESULTS.successful) | event
+    failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
+    valid = (save_tau <= t_end) & ~failed
+    theta = _to_theta(ys, form, n_layers, depth)
+    zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
+    after = jnp.where(collapsed & ~failed, zero, jnp.nan)
+    theta = jnp.where(valid[:, None, None], theta, after)
+    b = jax.vmap(beta)(theta)
+    lossv = jax.vmap(lambda th: loss(th, problem))(theta)
+    return FlowSolution(
+        tau=save_tau,
+        beta=b,
+        loss=lossv,
+        theta=theta,
+        stop_tau=t_end,
+        blowup=blowup,
+        collapsed=collapsed,
+        failed=failed,
+    )
+
+
+_integrate_jit = jax.jit(integrate, static_argnames=("rule", "config"))
+
+
+def save_times(tau_max: float, n_save: int, tau_min: float | None = None) -> np.ndarray:
+    """0 followed by ``n_save - 1`` log-spaced times from ``tau_min`` to ``tau_max``."""
+    if not (np.isfinite(tau_max) and tau_max > 0):
+        raise InputError(f"tau-max must be a finite number > 0, got {tau_max}")
+    if n_save < 2:
+        raise InputError(f"n-save must be >= 2, got {n_save}")
+    tau_min = tau_max * 1e-4 if tau_min is None else tau_min
+    if not (0 < tau_min < tau_max):
+        raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
+    return np.concatenate([[0.0], np.geomspace(tau_min, tau_max, n_save - 1)])
+
+
+def solve_flow(
+    problem: Problem,
+    theta0: np.ndarray,
+    depth: int,
+    method: str,
+    rho: float | None,
+    save_tau: np.ndarray,
+    formulation: str = "auto",
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 100_000,
+    dtype: str = "float64",
+) -> FlowSolution:
+    """Solve the flow of ``method`` from ``theta0`` ``[L_max, d]``; NumPy results."""
+    from samflow.discrete import check_rates
+
+    rule = get_rule(method)
+    rho = check_rates(method, rho)
+    if formulation not in FORMULATIONS:
+        raise InputError(f"unknown formulation {formulation!r}; choose from {FORMULATIONS}")
+    if solver not in SOLVERS:
+        raise InputError(f"unknown solver {solver!r}; choose from {tuple(SOLVERS)}")
+    auto = choose_formulation(problem, theta0, depth, method)
+    if formulation == "auto":
+        formulation = auto
+    elif formulation != "linear" and formulation != auto:
+        raise InputError(
+            f"formulation {formulation!r} needs one point and a balanced positive "
+            f"initialisation{' with sam-linf' if formulation == 'linf' else ''}"
+        )
+    with precision(dtype) as dt:
+        config = FlowConfig(
+            formulation=formulation,
+            solver=solver,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            log_beta_max=0.5 * float(np.log(np.finfo(dt).max)),
+            # Near a finite-time singularity a range beyond ~0.45 log(1/eps)
+            # asks for tau closer to tau* than the dtype resolves.
+            singular_log_range=0.45 * float(-np.log(np.finfo(dt).eps)),
+        )
+        sol = _integrate_jit(
+            jnp.asarray(theta0, dt),
+            Problem(jnp.asarray(problem.X, dt), jnp.asarray(problem.y, dt)),
+            depth,
+            rho,
+            jnp.asarray(save_tau, dt),
+            rule=rule,
+            config=config,
+        )
+        return jax.tree_util.tree_map(np.asarray, sol)

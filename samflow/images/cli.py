@@ -1,0 +1,250 @@
+"""``samflow cnn`` and ``samflow data``: the image experiment on the command line.
+
+``samflow cnn`` trains one or more methods (``--method gd,sam-l2``) with the same data,
+seeds and schedule and writes one result file; ``--figure`` needs both gd and sam-l2,
+since it sets their Grad-CAM maps side by side. ``samflow data download`` fetches a
+data set (see :mod:`samflow.images.download`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+from samflow import __version__
+from samflow.errors import InputError
+from samflow.images import data as image_data
+from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
+from samflow.images.download import BASE_URL_ENV, download
+from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
+from samflow.steps import METHODS
+
+DEFAULTS = {
+    "rho": 0.5,
+    "alpha": 1.0,
+    "eta": 0.5,
+    "steps": 600,
+    "batch": 128,
+    "seeds": 3,
+    "n_train": 2000,
+    "n_test": 500,
+    "record_every": 50,
+    "examples": 6,
+}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _channels(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected channels like 8,16,32, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive channel counts, got {text!r}")
+    return values
+
+
+def register(subparsers) -> None:
+    """Add the ``cnn`` and ``data`` subcommands."""
+    d = DEFAULTS
+    cnn = subparsers.add_parser(
+        "cnn",
+        help="train a CNN (or the diagonal network) on images with GD / SAM; Grad-CAM",
+        description="Train on a binary image task with the engine's step, measure the share "
+        "of attribution on background pixels, write a result file (and a figure).",
+    )
+    cnn.add_argument("--dataset", choices=image_data.DATASETS, default="mnist")
+    cnn.add_argument(
+        "--data-dir",
+        help="data directory (default: $SAMFLOW_DATA, else $XDG_CACHE_HOME/samflow/data, "
+        "else ~/.cache/samflow/data)",
+    )
+    cnn.add_argument(
+        "--classes",
+        help="class pair A,B (digits or CIFAR names); A is labelled -1, B +1; default: "
+        + ", ".join(f"{k} {a},{b}" for k, (a, b) in image_data.DEFAULT_CLASSES.items()),
+    )
+    cnn.add_argument(
+        "--method",
+        required=True,
+        help=f"a method or a comma list ({', '.join(METHODS)}); --figure needs gd,sam-l2",
+    )
+    cnn.add_argument("--rho", type=_finite_float, default=d["rho"], help="SAM radius")
+    cnn.add_argument(
+        "--alpha", type=_finite_float, default=d["alpha"],
+        help="initialisation scale, multiplies the default initialisation",
+    )
+    cnn.add_argument("--eta", type=_finite_float, default=d["eta"], help="step size")
+    cnn.add_argument("--steps", type=_positive_int, default=d["steps"])
+    cnn.add_argument(
+        "--batch", type=int, default=d["batch"], help="minibatch size; 0 for full batch"
+    )
+    cnn.add_argument("--seeds", type=_positive_int, default=d["seeds"], help="seeds 0..K-1")
+    cnn.add_argument("--model", choices=MODELS, default="cnn")
+    cnn.add_argument(
+        "--channels", type=_channels, default=DEFAULT_CHANNELS, help="conv widths, e.g. 8,16,32"
+    )
+    cnn.add_argument("--n-train", type=_positive_int, default=d["n_train"])
+    cnn.add_argument("--n-test", type=_positive_int, default=d["n_test"])
+    cnn.add_argument(
+        "--normalise", action=argparse.BooleanOptionalAction, default=True,
+        help="standardise pixels with the training mean and std (default: yes)",
+    )
+    cnn.add_argument(
+        "--background-threshold", type=_finite_float, default=DEFAULT_BACKGROUND_THRESHOLD,
+        help="brightness in [0, 1] below which a pixel is background",
+    )
+    cnn.add_argument("--record-every", type=_positive_int, default=d["record_every"])
+    cnn.add_argument(
+        "--split-seed", type=int, default=0,
+        help="seed of the train/test split (when one split only is on disk) and subsample",
+    )
+    cnn.add_argument("--examples", type=_positive_int, default=d["examples"],
+                     help="test images kept in the file for the figure")
+    cnn.add_argument("--out", required=True, help="result file (.nc)")
+    cnn.add_argument("--figure", help="figure file (.png, .pdf); needs --method gd,sam-l2")
+    cnn.set_defaults(func=run_cnn)
+
+    data = subparsers.add_parser("data", help="fetch image data sets")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    dl = data_sub.add_parser(
+        "download",
+        help="download a data set, verify its SHA-256, resume partial downloads",
+    )
+    dl.add_argument("name", choices=image_data.DATASETS)
+    dl.add_argument(
+        "--dir", help="data directory; files go to DIR/NAME/ (default: as for samflow cnn)"
+    )
+    dl.add_argument(
+        "--base-url", help=f"mirror to fetch from (default: ${BASE_URL_ENV}, else the canonical)"
+    )
+    dl.set_defaults(func=run_download)
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if not methods or unknown:
+        raise InputError(f"--method: unknown {unknown or text!r}; choose from {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise InputError(f"--method lists a method twice: {text!r}")
+    return methods
+
+
+def run_cnn(args: argparse.Namespace) -> int:
+    """Train, write the result file, optionally draw the figure; exit status."""
+    from samflow.images.plot import gradcam_figure
+    from samflow.images.results import build_dataset, write_atomic
+    from samflow.images.train import TrainConfig, example_indices, train_seeds
+
+    methods = _methods(args.method)
+    if args.figure and not {"gd", "sam-l2"} <= set(methods):
+        raise InputError("--figure needs both methods: use --method gd,sam-l2")
+    if not 0 < args.background_threshold <= 1:
+        raise InputError(f"--background-threshold must be in (0, 1], got {args.background_threshold}")
+    if args.alpha <= 0:
+        raise InputError(f"--alpha must be positive, got {args.alpha}")
+    if not str(args.out).endswith(".nc"):
+        raise InputError(f"--out must name a .nc file, got {args.out!r}")
+    classes = image_data.parse_classes(args.classes, args.dataset)
+    dataset = image_data.load_dataset(args.dataset, args.data_dir, split_seed=args.split_seed)
+    if dataset.split_note:
+        print(f"note: {dataset.split_note}")
+    task = image_data.binary_task(
+        dataset, classes, n_train=args.n_train, n_test=args.n_test,
+        normalise=args.normalise, seed=args.split_seed,
+    )
+    n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
+    print(
+        f"{args.dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
+        f"{n_train} training, {n_test} test images; model {args.model}, alpha {args.alpha}"
+    )
+    classifier = make_classifier(
+        args.model, task.x_train.shape[1:], alpha=args.alpha, channels=args.channels
+    )
+    batch = None if args.batch == 0 else args.batch
+    examples = example_indices(task.y_test, args.examples)
+    seeds = list(range(args.seeds))
+    runs = []
+    for method in methods:
+        config = TrainConfig(method, args.rho, args.eta, args.steps, batch, args.record_every)
+        runs.append(
+            train_seeds(classifier, task, config, seeds,
+                        threshold=args.background_threshold, examples=examples)
+        )
+    attrs = {
+        "title": "GD vs SAM on images: background share of attribution",
+        "dataset": args.dataset,
+        "classes": classes,
+        "class_names": task.class_names,
+        "split_note": dataset.split_note or "train and test splits as published",
+        "source": dataset.source,
+        "model": args.model,
+        "channels": args.channels if args.model == "cnn" else "",
+        "rho": args.rho,
+        "alpha": args.alpha,
+        "eta": args.eta,
+        "steps": args.steps,
+        "batch": "full" if batch is None else batch,
+        "n_train": n_train,
+        "n_test": n_test,
+        "normalise": args.normalise,
+        "background_threshold": args.background_threshold,
+        "attribution_class": "the true label of each test image",
+        "samflow_version": __version__,
+        "command_line": getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),
+    }
+    examples_arrays = {"image": task.raw_test[examples], "label": task.y_test[examples]}
+    ds = build_dataset(runs, examples_arrays, attrs)
+    write_atomic(ds, args.out)
+    print(f"wrote {args.out}")
+    for run in runs:
+        print(_summary(run))
+    if args.figure:
+        for path in gradcam_figure(ds, [args.figure]):
+            print(f"wrote {path}")
+    return 0
+
+
+def _summary(run) -> str:
+    h = run.history
+
+    def ms(values: np.ndarray) -> str:
+        return f"{np.mean(values):.3f} ± {np.std(values, ddof=min(1, values.size - 1)):.3f}"
+
+    return (
+        f"{run.method:8s} background share: Grad-CAM {ms(h.background_share[:, -1])}, "
+        f"saliency {ms(h.saliency_background_share[:, -1])}; test accuracy "
+        f"{ms(h.test_accuracy[:, -1])} over {run.seeds.size} seeds ({run.seconds:.0f} s)"
+    )
+
+
+def run_download(args: argparse.Namespace) -> int:
+    """Download a data set; exit status."""
+    directory = image_data.resolve_data_dir(args.dir)
+    download(args.name, directory, base_url=args.base_url or os.environ.get(BASE_URL_ENV))
+    print(f"done: {args.name} in {directory / args.name}")
+    return 0

@@ -1,0 +1,249 @@
+"""Training image classifiers with the engine's own step, and metrics at a schedule.
+
+One run is ``init`` + :func:`samflow.steps.step` + ``lax.scan``: an outer scan over
+records, each an inner scan of ``record_every`` steps, so metrics are taken at steps
+``0, record_every, 2 * record_every, ..., steps`` inside one compiled program. Seeds
+(initialisation and minibatch order) run one after another through the same compiled
+function; the data and its train/test split do not change with the seed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from samflow import steps
+from samflow.errors import InputError
+from samflow.images.attribution import (
+    attribution_maps,
+    background_mask,
+    mean_background_share,
+)
+from samflow.images.data import BinaryTask
+from samflow.images.models import Classifier, PyTree, logistic_loss
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train.
+
+    Attributes:
+        method: a method of :mod:`samflow.steps` (``gd``, ``sam-l2``, ...).
+        rho: SAM perturbation radius (ignored by GD).
+        eta: step size.
+        steps: number of steps, a multiple of ``record_every``.
+        batch: minibatch size, or None for full-batch steps.
+        record_every: steps between two records.
+    """
+
+    method: str
+    rho: float
+    eta: float
+    steps: int
+    batch: int | None
+    record_every: int
+
+    @property
+    def n_records(self) -> int:
+        """Records including the one at step 0."""
+        return self.steps // self.record_every + 1
+
+    def check(self, n_train: int) -> None:
+        """InputError naming the bad value, if any."""
+        try:
+            steps.get_rule(self.method)
+        except ValueError as err:
+            raise InputError(str(err)) from None
+        if self.steps < 1 or self.record_every < 1 or self.steps % self.record_every:
+            raise InputError(
+                f"--steps ({self.steps}) must be a positive multiple of "
+                f"--record-every ({self.record_every})"
+            )
+        if self.batch is not None and not 1 <= self.batch <= n_train:
+            raise InputError(f"--batch {self.batch} must be between 1 and n_train = {n_train}")
+        if not (self.eta > 0 and self.rho >= 0):
+            raise InputError(f"need eta > 0 and rho >= 0, got eta={self.eta}, rho={self.rho}")
+
+
+class Metrics(NamedTuple):
+    """Metrics at one record (each a scalar; stacked over records by the scan).
+
+    Fields:
+        loss: logistic loss on the whole training set.
+        train_accuracy: fraction of training images classified right.
+        test_accuracy: the same on the test images.
+        background_share: mean Grad-CAM background share over the test images.
+        saliency_background_share: the same for input-gradient saliency.
+    """
+
+    loss: Array
+    train_accuracy: Array
+    test_accuracy: Array
+    background_share: Array
+    saliency_background_share: Array
+
+
+class TaskArrays(NamedTuple):
+    """Device copies of a task; shapes as in :class:`samflow.images.data.BinaryTask`.
+
+    Fields:
+        x_train: ``[n_train, C, H, W]``; y_train: ``[n_train]``;
+        x_test: ``[n_test, C, H, W]``; y_test: ``[n_test]``;
+        background: ``[n_test, H, W]`` bool, background pixels of the test images.
+    """
+
+    x_train: Array
+    y_train: Array
+    x_test: Array
+    y_test: Array
+    background: Array
+
+
+def task_arrays(task: BinaryTask, threshold: float) -> TaskArrays:
+    """Move a task to the device, with its test background mask at ``threshold``."""
+    return TaskArrays(
+        jnp.asarray(task.x_train),
+        jnp.asarray(task.y_train),
+        jnp.asarray(task.x_test),
+        jnp.asarray(task.y_test),
+        background_mask(jnp.asarray(task.raw_test), threshold),
+    )
+
+
+def evaluate(classifier: Classifier, params: PyTree, data: TaskArrays) -> Metrics:
+    """All metrics of ``params`` on ``data``."""
+
+    def logits(x: Array) -> Array:
+        return jax.vmap(lambda xi: classifier.logit(params, xi))(x)
+
+    train_margin = data.y_train * logits(data.x_train)
+    test_margin = data.y_test * logits(data.x_test)
+    cams, sal = attribution_maps(classifier, params, data.x_test, data.y_test)
+    return Metrics(
+        loss=logistic_loss(train_margin),
+        train_accuracy=jnp.mean(train_margin > 0),
+        test_accuracy=jnp.mean(test_margin > 0),
+        background_share=mean_background_share(cams, data.background),
+        saliency_background_share=mean_background_share(sal, data.background),
+    )
+
+
+def make_run(
+    classifier: Classifier, config: TrainConfig
+) -> Callable[[PyTree, Array, TaskArrays], tuple[PyTree, Metrics]]:
+    """Compiled ``(params0, key, data) -> (final params, Metrics [n_records])``."""
+    rule = steps.get_rule(config.method)
+
+    def one_step(params: PyTree, key: Array, data: TaskArrays) -> PyTree:
+        if config.batch is None:
+            x, y = data.x_train, data.y_train
+        else:
+            idx = jax.random.choice(key, data.x_train.shape[0], (config.batch,), replace=False)
+            x, y = data.x_train[idx], data.y_train[idx]
+        new, _ = steps.step(
+            params, lambda p: classifier.grad_and_aux(p, x, y), rule, config.rho, config.eta
+        )
+        return new
+
+    @jax.jit
+    def run(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
+        def one_record(params: PyTree, record_key: Array) -> tuple[PyTree, Metrics]:
+            step_keys = jax.random.split(record_key, config.record_every)
+            params, _ = jax.lax.scan(
+                lambda p, k: (one_step(p, k, data), None), params, step_keys
+            )
+            return params, evaluate(classifier, params, data)
+
+        first = evaluate(classifier, params0, data)
+        record_keys = jax.random.split(key, config.n_records - 1)
+        params, rest = jax.lax.scan(one_record, params0, record_keys)
+        history = jax.tree_util.tree_map(
+            lambda a, b: jnp.concatenate([a[None], b]), first, rest
+        )
+        return params, history
+
+    return run
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One method over several seeds.
+
+    Attributes:
+        method: the method's name.
+        seeds: ``[n_seeds]`` seed values.
+        record_steps: ``[n_records]`` step numbers of the records.
+        history: Metrics whose fields are ``[n_seeds, n_records]`` numpy arrays.
+        example_cam: ``[n_examples, H, W]`` Grad-CAM-slot maps of the example test
+            images for the first seed at the end of training.
+        example_saliency: ``[n_examples, H, W]`` saliency maps, same images and seed.
+        seconds: wall-clock time of training and evaluation, compilation included.
+    """
+
+    method: str
+    seeds: np.ndarray
+    record_steps: np.ndarray
+    history: Metrics
+    example_cam: np.ndarray
+    example_saliency: np.ndarray
+    seconds: float
+
+
+def example_indices(y_test: np.ndarray, n_examples: int) -> np.ndarray:
+    """First test images, alternating the two classes, ``[min(n_examples, n_test)]``."""
+    neg, pos = np.flatnonzero(y_test < 0), np.flatnonzero(y_test > 0)
+    order = [i for pair in zip(neg, pos, strict=False) for i in pair]
+    order += [i for i in range(y_test.size) if i not in set(order)]
+    return np.asarray(order[:n_examples], dtype=np.int64)
+
+
+def train_seeds(
+    classifier: Classifier,
+    task: BinaryTask,
+    config: TrainConfig,
+    seeds: Sequence[int],
+    *,
+    threshold: float,
+    examples: np.ndarray,
+    log: Callable[[str], None] = print,
+) -> RunResult:
+    """Train ``classifier`` on ``task`` once per seed; metrics and example maps."""
+    config.check(task.x_train.shape[0])
+    data = task_arrays(task, threshold)
+    run = make_run(classifier, config)
+    start = time.perf_counter()
+    histories = []
+    for i, seed in enumerate(seeds):
+        init_key, train_key = jax.random.split(jax.random.key(seed))
+        params, history = run(classifier.init(init_key), train_key, data)
+        history = jax.tree_util.tree_map(np.asarray, history)
+        histories.append(history)
+        if i == 0:
+            cams, sal = attribution_maps(
+                classifier, params, data.x_test[examples], data.y_test[examples]
+            )
+            example_cam, example_saliency = np.asarray(cams), np.asarray(sal)
+        log(
+            f"{config.method} seed {seed}: loss {history.loss[-1]:.4f}, "
+            f"test accuracy {history.test_accuracy[-1]:.3f}, background share "
+            f"Grad-CAM {history.background_share[-1]:.3f} / saliency "
+            f"{history.saliency_background_share[-1]:.3f} "
+            f"({time.perf_counter() - start:.0f} s)"
+        )
+    stacked = Metrics(*(np.stack(field) for field in zip(*histories, strict=True)))
+    return RunResult(
+        method=config.method,
+        seeds=np.asarray(seeds, dtype=np.int64),
+        record_steps=np.arange(config.n_records) * config.record_every,
+        history=stacked,
+        example_cam=example_cam,
+        example_saliency=example_saliency,
+        seconds=time.perf_counter() - start,
+    )

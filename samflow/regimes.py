@@ -1,0 +1,108 @@
+"""Regime classification of a trajectory (THEORY section 6).
+
+For records ``beta(tau_1..tau_T)`` (record 0, ``tau = 0``, is the initial state and is
+excluded) and only records before the horizon actually reached (``valid``):
+
+- dominant coordinate ``D(tau) = argmax_j |beta_j(tau)|``, labelled 1..d;
+- ``FAILED`` (-1): a NaN or overflow appeared, or the solver failed;
+- ``COLLAPSE`` (1): ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``;
+- ``UNRESOLVED`` (0): not collapsed, yet ``||beta(tau_T)||_1 < ||beta(0)||_1``: beta is
+  still below its initial size at the horizon and may go on to collapse or recover;
+  also when no record lies inside the horizon;
+- ``DIRECT`` (3): ``D = d`` at every recorded tau;
+- ``SEQUENTIAL`` (2): otherwise, i.e. not collapsed and ``D != d`` at some tau.
+
+The functions are written in ``jax.numpy`` so that sweeps vmap them inside the
+compiled program; they accept NumPy arrays too.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from jax import Array
+
+FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT = -1, 0, 1, 2, 3
+FLAG_VALUES = (FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT)
+FLAG_MEANINGS = "failed unresolved collapse sequential direct"
+NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
+UNRESOLVED_HOW = (
+    "unresolved: not collapsed, but ||beta||_1 at the horizon is still below its "
+    "initial value (it may yet collapse or recover); or no record inside the horizon"
+)
+LIMIT_COLLAPSED, LIMIT_FINITE = 0, -2
+
+
+def dominant(beta: Array) -> Array:
+    """``D = argmax_j |beta_j| + 1`` over the last axis, ``[..., d] -> [...]`` int."""
+    return jnp.argmax(jnp.abs(beta), axis=-1) + 1
+
+
+class Classification(NamedTuple):
+    """Per-trajectory summary (a sweep adds leading grid axes).
+
+    Fields:
+        regime: int, one of ``FLAG_VALUES``.
+        limit_coord: int, D at the horizon; 0 if collapsed to 0, -2 if beta converged
+            to a finite nonzero point (relative change below ``converged_rtol``
+            over the last two records).
+        first_amplified: int, D at the first record after tau = 0 (0 if none valid).
+        dominant: ``[T]`` int, D at each record, 0 where the record is not valid.
+        horizon: int, index of the last valid record.
+    """
+
+    regime: Array
+    limit_coord: Array
+    first_amplified: Array
+    dominant: Array
+    horizon: Array
+
+
+def classify(
+    beta: Array,
+    valid: Array | None = None,
+    failed: Array | bool = False,
+    collapse_factor: float = 1e-3,
+    converged_rtol: float = 1e-9,
+) -> Classification:
+    """Classify one trajectory ``beta`` ``[T, d]`` recorded at increasing times.
+
+    ``valid`` ``[T]`` marks the records inside the horizon reached (default: the
+    finite ones); ``failed`` flags a numerical failure found elsewhere (solver).
+    """
+    T, d = beta.shape
+    finite = jnp.all(jnp.isfinite(beta), axis=-1)
+    valid = finite if valid is None else jnp.asarray(valid) & finite
+    failed = jnp.asarray(failed) | jnp.any(~finite & (jnp.asarray(valid) | (jnp.arange(T) == 0)))
+    later = valid & (jnp.arange(T) > 0)
+    horizon = jnp.max(jnp.where(valid, jnp.arange(T), 0))
+    norm = jnp.sum(jnp.abs(beta), axis=-1)
+    norm0, normT = norm[0], norm[horizon]
+    D = jnp.where(later, dominant(jnp.where(finite[:, None], beta, 0.0)), 0)
+
+    collapsed = normT < collapse_factor * norm0
+    shrinking = normT < norm0
+    direct = jnp.all(jnp.where(later, D == d, True))
+    any_later = jnp.any(later)
+    regime = jnp.select(
+        [failed, collapsed & any_later, ~any_later | shrinking, direct],
+        [FAILED, COLLAPSE, UNRESOLVED, DIRECT],
+        SEQUENTIAL,
+    )
+    prev = jnp.max(jnp.where(valid & (jnp.arange(T) < horizon), jnp.arange(T), 0))
+    change = jnp.sum(jnp.abs(beta[horizon] - beta[prev])) / jnp.maximum(normT, 1e-300)
+    converged = (prev < horizon) & (change < converged_rtol)
+    limit = jnp.select(
+        [regime == COLLAPSE, converged, regime == FAILED],
+        [LIMIT_COLLAPSED, LIMIT_FINITE, 0],
+        D[horizon],
+    )
+    first = jnp.where(jnp.any(later), D[jnp.argmax(later)], 0)
+    return Classification(
+        regime=regime.astype(jnp.int8),
+        limit_coord=limit.astype(jnp.int32),
+        first_amplified=first.astype(jnp.int32),
+        dominant=D.astype(jnp.int32),
+        horizon=horizon,
+    )
