@@ -23,8 +23,8 @@ import numpy as np
 from jax import Array, lax
 
 from samflow.errors import InputError
-from samflow.precision import precision
 from samflow.model import Problem, beta, grad_and_aux, layer_mask, loss
+from samflow.precision import precision
 from samflow.steps import PerturbationRule, get_rule, step
 
 

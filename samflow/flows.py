@@ -112,6 +112,8 @@ class FlowSolution(NamedTuple):
         stop_tau: scalar, where the solve ended (the horizon, or the event).
         blowup: scalar bool, True when the upper norm event ended the solve.
         collapsed: scalar bool, True when beta reached 0 (the lower norm event).
+        valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
+            after a collapse).
         failed: scalar bool, True when the solver failed (max_steps, non-finite state).
     """
 
@@ -122,6 +124,7 @@ class FlowSolution(NamedTuple):
     stop_tau: Array
     blowup: Array
     collapsed: Array
+    valid: Array
     failed: Array
 
 
@@ -272,6 +275,7 @@ def integrate(
         stop_tau=t_end,
         blowup=blowup,
         collapsed=collapsed,
+        valid=valid | (collapsed & ~failed),
         failed=failed,
     )
 

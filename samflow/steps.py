@@ -84,9 +84,7 @@ def get_rule(method: str) -> PerturbationRule:
     try:
         return RULES[method]
     except KeyError:
-        raise ValueError(
-            f"unknown method {method!r}; choose one of {', '.join(METHODS)}"
-        ) from None
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}") from None
 
 
 class StepInfo(NamedTuple):

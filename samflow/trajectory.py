@@ -50,9 +50,11 @@ def trajectory(
         theta_rec, theta_final = run.theta, run.theta_final
     elif mode == "flow":
         taus = save_times(tau_max, n_save, tau_min)
-        run = solve_flow(problem, theta0, depth, method, rho, taus, **(flow_options or {}), dtype=dtype)
+        run = solve_flow(
+            problem, theta0, depth, method, rho, taus, **(flow_options or {}), dtype=dtype
+        )
         failed = bool(run.failed)
-        valid = run.tau <= run.stop_tau
+        valid = run.valid
         extra = {}
         attrs = {
             "tau_max": tau_max,

@@ -1,0 +1,142 @@
+"""Flows against closed forms, SciPy's solve_ivp, and the discrete iterates."""
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+from samflow import theory
+from samflow.discrete import record_schedule, run_discrete
+from samflow.flows import save_times, solve_flow
+from samflow.init import balanced, random_scales
+from samflow.model import single_point
+from samflow.precision import precision
+from samflow.regimes import COLLAPSE, DIRECT, SEQUENTIAL, classify
+
+MU = np.array([1.0, 2.0, 3.0, 4.0])
+P = single_point(MU)
+
+
+@pytest.mark.parametrize("formulation", ["log", "linear"])
+def test_gd_depth2_matches_exponential(formulation):
+    alpha = np.array([0.3, 0.5, 0.2, 0.1])
+    taus = save_times(5.0, 30)
+    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "gd", None, taus, formulation=formulation)
+    u = theory.gd_u(alpha, MU, taus, 2)
+    np.testing.assert_allclose(sol.beta, u**2, rtol=1e-6)
+
+
+def test_linf_depth2_matches_closed_form():
+    alpha = np.array([0.9, 0.3, 0.7, 0.45])
+    rho = 0.5
+    taus = save_times(3.0, 40)
+    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, taus)
+    u = theory.linf_l2_u(alpha, MU, rho, taus)
+    np.testing.assert_allclose(sol.theta[:, 0], u, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("method", ["gd", "sam-l2", "sam-linf"])
+def test_depth1_direction_is_l2_max_margin(method):
+    alpha = np.array([0.7, 0.1, 0.4, 0.2])
+    taus = save_times(2000.0, 20)
+    sol = solve_flow(P, balanced(alpha, 4, 1), 1, method, 0.5, taus, formulation="linear")
+    np.testing.assert_allclose(sol.beta, theory.l2sam_l1_u(alpha, MU, taus), rtol=1e-7)
+    direction = sol.beta[-1] / np.linalg.norm(sol.beta[-1])
+    assert direction @ theory.l2_max_margin_direction(MU) > 1 - 1e-6
+
+
+@pytest.mark.parametrize("formulation", ["log", "linear"])
+def test_gd_depth3_blowup_time(formulation):
+    alpha = 0.5
+    sol = solve_flow(
+        P, balanced(alpha, 4, 3), 3, "gd", None, save_times(10.0, 20), formulation=formulation
+    )
+    expected = theory.blowup_tau(alpha, MU, 3).min()
+    assert sol.blowup
+    assert abs(sol.stop_tau - expected) / expected < 1e-4
+
+
+def test_log_l2_flow_matches_solve_ivp():
+    alpha, rho = np.array([0.5, 0.6, 0.4, 0.5]), 1.0
+
+    def rhs(tau, u):  # THEORY section 4, L = 2, written in linear space
+        N = np.sqrt(2 * np.sum(MU**2 * u**2))
+        return MU * u * (1 - rho * MU / N)
+
+    taus = save_times(4.0, 25)
+    ref = solve_ivp(rhs, (0, 4.0), alpha, t_eval=taus, method="DOP853", rtol=1e-12, atol=1e-14)
+    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, taus, formulation="log")
+    np.testing.assert_allclose(sol.theta[:, 0], ref.y.T, rtol=1e-6)
+
+
+def test_discrete_error_falls_linearly_in_eta():
+    alpha, rho, tau_star = 0.5, 1.0, 0.5
+    flow = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, np.array([0.0, tau_star]))
+    target = flow.beta[-1]
+    errors = []
+    etas = np.array([0.04, 0.02, 0.01, 0.005])
+    for eta in etas:
+        steps = int(2.5 * tau_star / eta / 0.2)
+        run = run_discrete(
+            P, balanced(alpha, 4, 2), 2, "sam-l2", rho, eta, record_schedule(steps, 1)
+        )
+        k = np.searchsorted(run.tau, tau_star)
+        w = (tau_star - run.tau[k - 1]) / (run.tau[k] - run.tau[k - 1])
+        beta = (1 - w) * run.beta[k - 1] + w * run.beta[k]
+        errors.append(np.linalg.norm(beta - target) / np.linalg.norm(target))
+    slope = np.polyfit(np.log(etas), np.log(errors), 1)[0]
+    assert 0.8 <= slope <= 1.2, (errors, slope)
+
+
+def _classified(method, alpha, tau_max=60.0):
+    sol = solve_flow(P, balanced(alpha, 4, 2), 2, method, 1.0, save_times(tau_max, 120))
+    with precision("float64"):
+        return classify(sol.beta, sol.valid, sol.failed)
+
+
+def test_phenomena_three_regimes_and_gd():
+    assert int(_classified("sam-l2", 0.1).regime) == COLLAPSE
+    seq = _classified("sam-l2", 0.5)
+    assert int(seq.regime) == SEQUENTIAL
+    D = np.asarray(seq.dominant)[1:]
+    D = D[D > 0]
+    before_major = D[: np.argmax(D == 4)]
+    assert len(set(before_major.tolist())) >= 2 and before_major.max() < 4
+    assert np.all(D[np.argmax(D == 4) :] == 4)
+    direct = _classified("sam-l2", 3.0)
+    assert int(direct.regime) == DIRECT and int(direct.first_amplified) == 4
+    for alpha in (0.1, 0.5, 3.0):
+        gd = _classified("gd", alpha)
+        assert int(gd.regime) == DIRECT, alpha
+
+
+def test_linf_limit_index_matches_closed_form():
+    rho = 0.5
+    for seed in range(12):
+        alpha = random_scales(seed, 4, 0.2, 1.2, log_uniform=False)
+        sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
+        with precision("float64"):
+            c = classify(sol.beta, sol.valid, sol.failed)
+        assert int(c.limit_coord) == theory.linf_limit_index(alpha, MU, rho), (seed, alpha)
+
+
+@pytest.mark.parametrize("mode", ["discrete", "flow"])
+def test_depth_padding_gives_the_unpadded_beta(mode):
+    alpha = np.array([0.5, 0.4, 0.6, 0.3])
+    small, padded = balanced(alpha, 4, 2), balanced(alpha, 4, 2, n_layers=4)
+    assert padded.shape == (4, 4)
+    if mode == "discrete":
+        sched = record_schedule(300, 10)
+        a = run_discrete(P, small, 2, "sam-l2", 1.0, 0.05, sched)
+        b = run_discrete(P, padded, 2, "sam-l2", 1.0, 0.05, sched)
+    else:
+        taus = save_times(5.0, 20)
+        a = solve_flow(P, small, 2, "sam-l2", 1.0, taus, formulation="linear")
+        b = solve_flow(P, padded, 2, "sam-l2", 1.0, taus, formulation="linear")
+    np.testing.assert_allclose(a.beta, b.beta, rtol=1e-12)
+    np.testing.assert_allclose(a.tau, b.tau, rtol=1e-12)
+
+
+def test_alpha_bounds_bracket_the_measured_regimes():
+    lo, hi = theory.l2sam_l2_alpha_bounds(MU, 1.0)
+    assert int(_classified("sam-l2", 0.9 * lo).regime) == COLLAPSE
+    assert int(_classified("sam-l2", 1.1 * hi).regime) == DIRECT
