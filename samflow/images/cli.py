@@ -94,7 +94,9 @@ def register(subparsers) -> None:
     )
     cnn.add_argument("--rho", type=_finite_float, default=d["rho"], help="SAM radius")
     cnn.add_argument(
-        "--alpha", type=_finite_float, default=d["alpha"],
+        "--alpha",
+        type=_finite_float,
+        default=d["alpha"],
         help="initialisation scale, multiplies the default initialisation",
     )
     cnn.add_argument("--eta", type=_finite_float, default=d["eta"], help="step size")
@@ -110,20 +112,30 @@ def register(subparsers) -> None:
     cnn.add_argument("--n-train", type=_positive_int, default=d["n_train"])
     cnn.add_argument("--n-test", type=_positive_int, default=d["n_test"])
     cnn.add_argument(
-        "--normalise", action=argparse.BooleanOptionalAction, default=True,
+        "--normalise",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="standardise pixels with the training mean and std (default: yes)",
     )
     cnn.add_argument(
-        "--background-threshold", type=_finite_float, default=DEFAULT_BACKGROUND_THRESHOLD,
+        "--background-threshold",
+        type=_finite_float,
+        default=DEFAULT_BACKGROUND_THRESHOLD,
         help="brightness in [0, 1] below which a pixel is background",
     )
     cnn.add_argument("--record-every", type=_positive_int, default=d["record_every"])
     cnn.add_argument(
-        "--split-seed", type=int, default=0,
+        "--split-seed",
+        type=int,
+        default=0,
         help="seed of the train/test split (when one split only is on disk) and subsample",
     )
-    cnn.add_argument("--examples", type=_positive_int, default=d["examples"],
-                     help="test images kept in the file for the figure")
+    cnn.add_argument(
+        "--examples",
+        type=_positive_int,
+        default=d["examples"],
+        help="test images kept in the file for the figure",
+    )
     cnn.add_argument("--out", required=True, help="result file (.nc)")
     cnn.add_argument("--figure", help="figure file (.png, .pdf); needs --method gd,sam-l2")
     cnn.set_defaults(func=run_cnn)
@@ -164,7 +176,9 @@ def run_cnn(args: argparse.Namespace) -> int:
     if args.figure and not {"gd", "sam-l2"} <= set(methods):
         raise InputError("--figure needs both methods: use --method gd,sam-l2")
     if not 0 < args.background_threshold <= 1:
-        raise InputError(f"--background-threshold must be in (0, 1], got {args.background_threshold}")
+        raise InputError(
+            f"--background-threshold must be in (0, 1], got {args.background_threshold}"
+        )
     if args.alpha <= 0:
         raise InputError(f"--alpha must be positive, got {args.alpha}")
     if not str(args.out).endswith(".nc"):
@@ -174,26 +188,41 @@ def run_cnn(args: argparse.Namespace) -> int:
     if dataset.split_note:
         print(f"note: {dataset.split_note}")
     task = image_data.binary_task(
-        dataset, classes, n_train=args.n_train, n_test=args.n_test,
-        normalise=args.normalise, seed=args.split_seed,
+        dataset,
+        classes,
+        n_train=args.n_train,
+        n_test=args.n_test,
+        normalise=args.normalise,
+        seed=args.split_seed,
     )
     n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
     print(
         f"{args.dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
         f"{n_train} training, {n_test} test images; model {args.model}, alpha {args.alpha}"
     )
+    batch = None if args.batch == 0 else args.batch
+    configs = [
+        TrainConfig(method, args.rho, args.eta, args.steps, batch, args.record_every)
+        for method in methods
+    ]
+    for config in configs:
+        config.check(n_train)
     classifier = make_classifier(
         args.model, task.x_train.shape[1:], alpha=args.alpha, channels=args.channels
     )
-    batch = None if args.batch == 0 else args.batch
     examples = example_indices(task.y_test, args.examples)
     seeds = list(range(args.seeds))
     runs = []
-    for method in methods:
-        config = TrainConfig(method, args.rho, args.eta, args.steps, batch, args.record_every)
+    for config in configs:
         runs.append(
-            train_seeds(classifier, task, config, seeds,
-                        threshold=args.background_threshold, examples=examples)
+            train_seeds(
+                classifier,
+                task,
+                config,
+                seeds,
+                threshold=args.background_threshold,
+                examples=examples,
+            )
         )
     attrs = {
         "title": "GD vs SAM on images: background share of attribution",

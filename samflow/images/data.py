@@ -33,6 +33,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -190,15 +191,15 @@ def _idx_split(images_path: Path, labels_path: Path) -> ImageSplit:
     images = read_idx(images_path, IDX_IMAGES_MAGIC)
     labels = read_idx(labels_path, IDX_LABELS_MAGIC)
     if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise InputError(
-            f"{images_path}: {images.shape} images do not match {labels.shape} labels"
-        )
+        raise InputError(f"{images_path}: {images.shape} images do not match {labels.shape} labels")
     return ImageSplit(images[..., None], labels.astype(np.int64))
 
 
 def _check_split(split: ImageSplit, where: str) -> ImageSplit:
     if split.images.shape[0] != split.labels.shape[0]:
-        raise InputError(f"{where}: {split.images.shape[0]} images but {split.labels.shape[0]} labels")
+        raise InputError(
+            f"{where}: {split.images.shape[0]} images but {split.labels.shape[0]} labels"
+        )
     if split.labels.size and (split.labels.min() < 0 or split.labels.max() > 9):
         raise InputError(f"{where}: labels outside 0..9")
     return split
@@ -225,7 +226,9 @@ def _load_mnist(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
                 x, y = arrays.get(f"x_{split}"), arrays.get(f"y_{split}")
                 if x is not None and y is not None:
                     if x.ndim != 3:
-                        raise InputError(f"{npz}: x_{split} has shape {x.shape}, expected [n, 28, 28]")
+                        raise InputError(
+                            f"{npz}: x_{split} has shape {x.shape}, expected [n, 28, 28]"
+                        )
                     found[split] = _check_split(
                         ImageSplit(x.astype(np.uint8)[..., None], y.astype(np.int64).ravel()),
                         str(npz),
@@ -240,26 +243,36 @@ def _load_mnist(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
     )
 
 
+def _safe_globals() -> dict[tuple[str, str], object]:
+    import codecs
+
+    from numpy._core import multiarray, numeric
+
+    allowed: dict[tuple[str, str], object] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        # Python 3 writes bytes in protocol-2 pickles as codecs.encode(text, "latin1").
+        ("_codecs", "encode"): codecs.encode,
+    }
+    for core in ("numpy.core", "numpy._core"):
+        allowed[(f"{core}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        allowed[(f"{core}.multiarray", "scalar")] = multiarray.scalar
+        allowed[(f"{core}.numeric", "_frombuffer")] = numeric._frombuffer
+    return allowed
+
+
 class _ArrayUnpickler(pickle.Unpickler):
     """Rebuilds the dicts of numpy arrays in CIFAR batches and nothing else."""
 
-    _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy.core.numeric", "_frombuffer"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-    }
+    _ALLOWED: ClassVar[dict[tuple[str, str], object]] = _safe_globals()
 
     def find_class(self, module: str, name: str):
-        if (module, name) not in self._ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a data file")
-        if name == "_reconstruct":
-            return np._core.multiarray._reconstruct
-        if name == "_frombuffer":
-            return np._core.numeric._frombuffer
-        return getattr(np, name)
+        try:
+            return self._ALLOWED[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(
+                f"refusing to load {module}.{name} from a data file"
+            ) from None
 
 
 def _cifar_batch(raw: bytes, where: str) -> ImageSplit:
@@ -322,7 +335,8 @@ def _load_cifar10(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
                 raise InputError(f"{archive}: no data_batch_* or test_batch inside")
             return found, str(archive)
     raise _missing(
-        "cifar10", "cifar-10-batches-py/ (data_batch_1..5, test_batch) or cifar-10-python.tar.gz",
+        "cifar10",
+        "cifar-10-batches-py/ (data_batch_1..5, test_batch) or cifar-10-python.tar.gz",
         data_dir,
     )
 
@@ -333,13 +347,14 @@ def _svhn_mat(path: Path) -> ImageSplit:
     try:
         mat = scipy.io.loadmat(path)
         x, y = mat["X"], mat["y"]
-    except (ValueError, OSError, EOFError, KeyError, TypeError, NotImplementedError) as err:
-        raise InputError(f"{path}: truncated or invalid SVHN .mat file ({err})") from None
+    except Exception as err:  # scipy reports a damaged file in many ways (even IndexError)
+        raise InputError(f"{path}: truncated or invalid SVHN .mat file ({err!r})") from None
     if x.ndim != 4 or x.shape[:3] != (32, 32, 3):
         raise InputError(f"{path}: X has shape {x.shape}, expected [32, 32, 3, n]")
     labels = y.astype(np.int64).ravel()
     labels[labels == 10] = 0  # SVHN stores the digit 0 as class 10
-    return _check_split(ImageSplit(np.ascontiguousarray(x.transpose(3, 0, 1, 2)), labels), str(path))
+    images = np.ascontiguousarray(x.transpose(3, 0, 1, 2))
+    return _check_split(ImageSplit(images, labels), str(path))
 
 
 def _load_svhn(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
@@ -375,7 +390,7 @@ def load_dataset(
     found, source = _LOADERS[name](root)
     if "train" in found and "test" in found:
         return ImageDataset(name, found["train"], found["test"], source)
-    (only, split), = found.items()
+    [(only, split)] = found.items()
     rng = np.random.default_rng(split_seed)
     order = rng.permutation(split.n)
     n_test = max(1, round(test_fraction * split.n))

@@ -135,8 +135,11 @@ def fetch(
             # 206: the server sends the rest; 200: it ignored Range, so start over.
             mode = "ab" if offset and response.status == 206 else "wb"
             if offset:
-                log(f"{dest.name}: resuming at byte {offset}" if mode == "ab" else
-                    f"{dest.name}: server ignored the range request; starting over")
+                log(
+                    f"{dest.name}: resuming at byte {offset}"
+                    if mode == "ab"
+                    else f"{dest.name}: server ignored the range request; starting over"
+                )
             with part.open(mode) as f:
                 for block in iter(lambda: response.read(CHUNK), b""):
                     f.write(block)

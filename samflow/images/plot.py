@@ -54,8 +54,9 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
             peak = cam.max()
             ax = axes[r, c]
             ax.imshow(gray, cmap="gray", vmin=0, vmax=1)
-            heat = ax.imshow(cam / peak if peak > 0 else cam, cmap="inferno", vmin=0, vmax=1,
-                             alpha=0.75)
+            heat = ax.imshow(
+                cam / peak if peak > 0 else cam, cmap="inferno", vmin=0, vmax=1, alpha=0.75
+            )
             ax.contour(gray < threshold, levels=[0.5], colors="cyan", linewidths=0.6)
             if r == 0:
                 ax.set_title(f"{title} Grad-CAM\n{_share_text(ds, method)}", fontsize=8)

@@ -156,17 +156,13 @@ def make_run(
     def run(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
         def one_record(params: PyTree, record_key: Array) -> tuple[PyTree, Metrics]:
             step_keys = jax.random.split(record_key, config.record_every)
-            params, _ = jax.lax.scan(
-                lambda p, k: (one_step(p, k, data), None), params, step_keys
-            )
+            params, _ = jax.lax.scan(lambda p, k: (one_step(p, k, data), None), params, step_keys)
             return params, evaluate(classifier, params, data)
 
         first = evaluate(classifier, params0, data)
         record_keys = jax.random.split(key, config.n_records - 1)
         params, rest = jax.lax.scan(one_record, params0, record_keys)
-        history = jax.tree_util.tree_map(
-            lambda a, b: jnp.concatenate([a[None], b]), first, rest
-        )
+        history = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
         return params, history
 
     return run

@@ -1,0 +1,103 @@
+"""``samflow cnn``: bad input ends with one line and exit status 2; a tiny full run."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from samflow.cli import main
+
+
+@pytest.fixture
+def mnist_dir(tmp_path):
+    """A 12x12 stand-in for the MNIST test split only: dark background, a bright blob."""
+    rng = np.random.default_rng(0)
+    n = 60
+    labels = np.where(np.arange(n) % 2 == 0, 3, 8).astype(np.uint8)
+    images = np.zeros((n, 12, 12), np.uint8)
+    for i, label in enumerate(labels):
+        r, c = (2, 2) if label == 3 else (6, 6)
+        images[i, r : r + 4, c : c + 4] = rng.integers(150, 256, size=(4, 4))
+    folder = tmp_path / "mnist"
+    folder.mkdir()
+    for name, arr, magic in (
+        ("t10k-images-idx3-ubyte.gz", images, 2051),
+        ("t10k-labels-idx1-ubyte.gz", labels, 2049),
+    ):
+        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in arr.shape)
+        (folder / name).write_bytes(gzip.compress(header + arr.tobytes()))
+    return folder
+
+
+def _run(argv, capsys) -> tuple[int, str]:
+    status = main(argv)
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--method", "adam"], "unknown"),
+        (["--method", "gd", "--figure", "f.png"], "--figure needs both methods"),
+        (["--method", "gd", "--steps", "5", "--record-every", "2"], "multiple of"),
+        (["--method", "gd", "--classes", "3,3"], "two different classes"),
+        (["--method", "gd", "--alpha", "nan"], "finite"),
+        (["--method", "gd", "--batch", "1000"], "--batch"),
+        (["--method", "gd", "--dataset", "imagenet"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(mnist_dir, tmp_path, capsys, extra, expected):
+    argv = ["cnn", "--data-dir", str(mnist_dir), "--out", str(tmp_path / "r.nc"), *extra]
+    status, err = _run(argv, capsys)
+    assert status == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("samflow: error:"), err
+    assert expected in lines[0]
+    assert not (tmp_path / "r.nc").exists()
+
+
+def test_missing_data_names_files_and_download(tmp_path, capsys):
+    status, err = _run(
+        ["cnn", "--method", "gd", "--data-dir", str(tmp_path), "--out", "x.nc"], capsys
+    )
+    assert status == 2 and len(err.strip().splitlines()) == 1
+    assert "t10k-images-idx3-ubyte" in err and "samflow data download mnist" in err
+
+
+def test_tiny_run_writes_file_and_figure(mnist_dir, tmp_path, capsys):
+    out, fig = tmp_path / "run.nc", tmp_path / "fig.png"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--channels", "2,2",
+        "--steps", "4", "--record-every", "2", "--batch", "0", "--seeds", "2",
+        "--alpha", "2", "--examples", "2", "--out", str(out), "--figure", str(fig),
+    ]  # fmt: skip
+    status = main(argv)
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert "note: only the test split" in printed
+    assert fig.stat().st_size > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    with xr.open_dataset(out) as ds:
+        assert ds["background_share"].dims == ("optimizer", "seed")
+        assert ds["loss"].dims == ("optimizer", "seed", "record")
+        assert ds["step"].values.tolist() == [0, 2, 4]
+        assert list(ds["optimizer"].values) == ["gd", "sam-l2"]
+        assert "only the test split" in ds.attrs["split_note"]
+        assert ds.attrs["method"] == "gd,sam-l2" and ds.attrs["classes"] == "3,8"
+        assert ds.attrs["command_line"].startswith("samflow cnn --data-dir")
+        for name in ("samflow_version", "rho", "alpha", "dataset"):
+            assert name in ds.attrs
+        share = ds["background_share"].values
+        assert np.all((share >= 0) & (share <= 1))
+
+    single = tmp_path / "gd.nc"
+    argv = [*argv[:4], "gd", *argv[5:-4], "--out", str(single)]
+    assert main(argv) == 0
+    with xr.open_dataset(single) as ds:
+        assert ds["background_share"].dims == ("seed",)
+        assert ds["saliency_background_share"].dims == ("seed",)
+        assert ds["test_accuracy"].dims == ("seed",)
+        assert ds.attrs["method"] == "gd"

@@ -1,0 +1,207 @@
+"""Image loaders on tiny files written here, in every format, and their error paths."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import tarfile
+
+import numpy as np
+import pytest
+import scipy.io
+
+from samflow.errors import InputError
+from samflow.images import data
+
+RNG = np.random.default_rng(0)
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def digits(n: int, size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    labels = np.arange(n) % 10
+    images = RNG.integers(0, 256, size=(n, size, size), dtype=np.uint8)
+    return images, labels.astype(np.uint8)
+
+
+def write_mnist(folder, splits=("train", "t10k"), gz=True, n=40):
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for prefix in splits:
+        images, labels = digits(n)
+        for kind, arr, magic in (("images-idx3", images, 2051), ("labels-idx1", labels, 2049)):
+            raw = idx_bytes(arr, magic)
+            name = f"{prefix}-{kind}-ubyte" + (".gz" if gz else "")
+            (folder / name).write_bytes(gzip.compress(raw) if gz else raw)
+        written[prefix] = (images, labels)
+    return written
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_idx_both_splits(tmp_path, gz):
+    written = write_mnist(tmp_path, gz=gz)
+    ds = data.load_dataset("mnist", tmp_path)
+    assert ds.split_note == ""
+    assert ds.train.images.shape == (40, 8, 8, 1)
+    np.testing.assert_array_equal(ds.train.images[..., 0], written["train"][0])
+    np.testing.assert_array_equal(ds.test.labels, written["t10k"][1])
+
+
+def test_mnist_in_named_subfolder_and_single_split(tmp_path):
+    write_mnist(tmp_path / "mnist", splits=("t10k",), n=40)
+    ds = data.load_dataset("mnist", tmp_path, split_seed=3, test_fraction=0.25)
+    assert ds.train.n == 30 and ds.test.n == 10
+    assert "only the test split" in ds.split_note and "seed 3" in ds.split_note
+    again = data.load_dataset("mnist", tmp_path, split_seed=3, test_fraction=0.25)
+    np.testing.assert_array_equal(ds.test.images, again.test.images)
+
+
+def test_mnist_npz(tmp_path):
+    x, y = digits(20)
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y, x_test=x[:10], y_test=y[:10])
+    ds = data.load_dataset("mnist", tmp_path)
+    assert ds.train.n == 20 and ds.test.n == 10 and ds.train.images.shape[-1] == 1
+
+
+def cifar_batch(n: int) -> tuple[bytes, np.ndarray, np.ndarray]:
+    pixels = RNG.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+    labels = list(np.arange(n) % 10)
+    return pickle.dumps({b"data": pixels, b"labels": labels}, protocol=2), pixels, labels
+
+
+def test_cifar_folder_and_archive(tmp_path):
+    folder = tmp_path / "a" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    batches = {}
+    for name in ("data_batch_1", "data_batch_2", "test_batch"):
+        raw, pixels, _ = cifar_batch(12)
+        (folder / name).write_bytes(raw)
+        batches[name] = (raw, pixels)
+    ds = data.load_dataset("cifar10", tmp_path / "a")
+    assert ds.train.images.shape == (24, 32, 32, 3) and ds.test.n == 12
+    # Row layout: the red plane first, so pixel (0, 0) red is column 0, green 1024.
+    pixels = batches["data_batch_1"][1]
+    assert ds.train.images[0, 0, 0, 0] == pixels[0, 0]
+    assert ds.train.images[0, 0, 0, 1] == pixels[0, 1024]
+
+    archive = tmp_path / "b" / "cifar10" / "cifar-10-python.tar.gz"
+    archive.parent.mkdir(parents=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, (raw, _) in batches.items():
+            info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+    from_tar = data.load_dataset("cifar10", tmp_path / "b")
+    np.testing.assert_array_equal(from_tar.train.images, ds.train.images)
+
+
+def test_cifar_refuses_code_in_pickle(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "test_batch").write_bytes(pickle.dumps({b"data": print}))
+    with pytest.raises(InputError, match="refusing"):
+        data.load_dataset("cifar10", tmp_path)
+
+
+def test_svhn_mat(tmp_path):
+    x = RNG.integers(0, 256, size=(32, 32, 3, 5), dtype=np.uint8)
+    y = np.array([[10], [1], [2], [3], [10]], dtype=np.uint8)
+    (tmp_path / "svhn").mkdir()
+    for split in ("train", "test"):
+        scipy.io.savemat(tmp_path / "svhn" / f"{split}_32x32.mat", {"X": x, "y": y})
+    ds = data.load_dataset("svhn", tmp_path)
+    assert ds.train.images.shape == (5, 32, 32, 3)
+    np.testing.assert_array_equal(ds.train.labels, [0, 1, 2, 3, 0])
+    np.testing.assert_array_equal(ds.train.images[2], x[..., 2])
+
+
+def test_missing_data_message(tmp_path):
+    with pytest.raises(InputError) as err:
+        data.load_dataset("mnist", tmp_path)
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "t10k-images-idx3-ubyte" in msg and "mnist.npz" in msg
+    assert str(tmp_path) in msg and f"samflow data download mnist --dir {tmp_path}" in msg
+    for name in ("cifar10", "svhn"):
+        with pytest.raises(InputError, match=f"samflow data download {name}"):
+            data.load_dataset(name, tmp_path)
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_truncated_idx(tmp_path, gz):
+    write_mnist(tmp_path, gz=False)
+    path = tmp_path / "train-images-idx3-ubyte"
+    raw = path.read_bytes()[:-7]
+    if gz:
+        path.unlink()
+        path, raw = tmp_path / "train-images-idx3-ubyte.gz", gzip.compress(raw)
+    path.write_bytes(raw)
+    with pytest.raises(InputError, match="truncated"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_truncated_gzip_stream(tmp_path):
+    write_mnist(tmp_path, gz=True)
+    path = tmp_path / "t10k-labels-idx1-ubyte.gz"
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(InputError, match="truncated"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_wrong_idx_magic(tmp_path):
+    write_mnist(tmp_path, gz=False)
+    # Labels where images belong: magic 2049 instead of 2051.
+    _, labels = digits(40)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(idx_bytes(labels, 2049))
+    with pytest.raises(InputError, match="magic number 2049"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_truncated_cifar_archive_and_bad_svhn(tmp_path):
+    raw, _, _ = cifar_batch(4)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("cifar-10-batches-py/test_batch")
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
+    (tmp_path / "cifar-10-python.tar.gz").write_bytes(buf.getvalue()[: len(buf.getvalue()) // 2])
+    with pytest.raises(InputError, match=r"cifar-10-python\.tar\.gz"):
+        data.load_dataset("cifar10", tmp_path)
+    (tmp_path / "test_32x32.mat").write_bytes(b"MATLAB 5.0 MAT-file, truncated")
+    with pytest.raises(InputError, match=r"test_32x32\.mat"):
+        data.load_dataset("svhn", tmp_path)
+
+
+def test_binary_task(tmp_path):
+    write_mnist(tmp_path, n=100)
+    ds = data.load_dataset("mnist", tmp_path)
+    task = data.binary_task(ds, (3, 8), n_train=15, seed=1)
+    assert task.x_train.shape == (15, 1, 8, 8) and task.x_train.dtype == np.float32
+    assert set(np.unique(task.y_train)) == {-1.0, 1.0}
+    assert task.x_test.shape[0] == 20  # all 3s and 8s of the test split
+    assert task.raw_test.min() >= 0 and task.raw_test.max() <= 1
+    np.testing.assert_allclose(task.x_train.mean(), 0.0, atol=1e-5)
+    plain = data.binary_task(ds, (3, 8), normalise=False)
+    np.testing.assert_allclose(plain.x_test.transpose(0, 2, 3, 1), plain.raw_test)
+    no_eights = data.ImageDataset(
+        "mnist", ds.train, data.ImageSplit(ds.test.images[:8], ds.test.labels[:8]), "here"
+    )
+    with pytest.raises(InputError, match="need both"):
+        data.binary_task(no_eights, (3, 8))
+
+
+def test_parse_classes_and_default_dir(monkeypatch, tmp_path):
+    assert data.parse_classes(None, "mnist") == (3, 8)
+    assert data.parse_classes("airplane,ship", "cifar10") == (0, 8)
+    for bad in ("3", "3,3", "3,x", "1,2,3"):
+        with pytest.raises(InputError):
+            data.parse_classes(bad, "mnist")
+    monkeypatch.setenv("SAMFLOW_DATA", str(tmp_path))
+    assert data.default_data_dir() == tmp_path
+    monkeypatch.delenv("SAMFLOW_DATA")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert data.default_data_dir() == tmp_path / "cache" / "samflow" / "data"
