@@ -17,6 +17,8 @@ from samflow.errors import InputError
 
 COMMAND_MODULES = (
     "samflow.commands.trajectory",
+    "samflow.commands.phase",
+    "samflow.commands.figures",
     "samflow.commands.demo",
     "samflow.images.cli",
 )

@@ -67,3 +67,129 @@ def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = No
         )
     ax_share.set_title(title, fontsize=10)
     return fig
+
+
+# Paul Tol's high-contrast scheme: distinct hues *and* luminance, so the regimes stay
+# apart in greyscale and for colour-blind readers (white/unresolved, black/failed).
+REGIME_COLOURS = {
+    -1: "#000000",  # failed
+    0: "#FFFFFF",  # unresolved
+    1: "#004488",  # collapse
+    2: "#BB5566",  # sequential
+    3: "#DDAA33",  # direct
+}
+REGIME_NAMES = {-1: "failed", 0: "unresolved", 1: "collapse", 2: "sequential", 3: "direct"}
+AXIS_SYMBOLS = {
+    "alpha": r"$\alpha$",
+    "rho": r"$\rho$",
+    "eta": r"$\eta$",
+    "depth": "depth $L$",
+    "seed": "seed",
+    "mu": r"$\mu$ index",
+}
+
+
+def axis_label(name: str) -> str:
+    if name.startswith("alpha_"):
+        return rf"$\alpha_{{{name.split('_')[1]}}}$"
+    return AXIS_SYMBOLS.get(name, name)
+
+
+def is_log_axis(values: np.ndarray) -> bool:
+    """Log-spaced (or spanning over a decade of positive values): draw on a log axis."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 3 or np.any(v <= 0):
+        return bool(v.size >= 2 and np.all(v > 0) and v.max() / v.min() >= 10)
+    ratios = v[1:] / v[:-1]
+    return bool(np.allclose(ratios, ratios[0], rtol=1e-6) or v.max() / v.min() >= 100)
+
+
+def _edges(values: np.ndarray, log: bool) -> np.ndarray:
+    v = np.log(values) if log else np.asarray(values, dtype=float)
+    if v.size == 1:
+        mid = np.array([v[0] - 0.5, v[0] + 0.5])
+    else:
+        inner = 0.5 * (v[1:] + v[:-1])
+        mid = np.concatenate([[2 * v[0] - inner[0]], inner, [2 * v[-1] - inner[-1]]])
+    return np.exp(mid) if log else mid
+
+
+def regime_legend(ax, codes=None, **kwargs):
+    from matplotlib.patches import Patch
+
+    codes = sorted(REGIME_COLOURS) if codes is None else codes
+    handles = [
+        Patch(facecolor=REGIME_COLOURS[c], edgecolor="black", label=f"{c}: {REGIME_NAMES[c]}")
+        for c in codes
+    ]
+    return ax.legend(handles=handles, title="regime code", fontsize=8, **kwargs)
+
+
+def draw_regimes(ax, regime: xr.DataArray, x: str, y: str):
+    """Regime codes of a 2-D DataArray on ``ax`` (x, y: its dim names)."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    codes = sorted(REGIME_COLOURS)
+    cmap = ListedColormap([REGIME_COLOURS[c] for c in codes])
+    norm = BoundaryNorm(np.arange(codes[0] - 0.5, codes[-1] + 1.0), cmap.N)
+    xs, ys = regime[x].values, regime[y].values
+    xlog, ylog = is_log_axis(xs), is_log_axis(ys)
+    ax.pcolormesh(
+        _edges(xs, xlog),
+        _edges(ys, ylog),
+        regime.transpose(y, x).values,
+        cmap=cmap,
+        norm=norm,
+        edgecolors="face",
+        linewidth=0,
+    )
+    if xlog:
+        ax.set_xscale("log")
+    if ylog:
+        ax.set_yscale("log")
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(axis_label(y))
+
+
+def phase_map(ds: xr.Dataset, title: str | None = None):
+    """Regime map over the first two grid axes (other axes at their first value)."""
+    axes = [a for a in ds.attrs.get("axes", "").split() if a]
+    if not axes:
+        raise ValueError("the Dataset has no grid axes")
+    regime = ds["regime"]
+    for extra in axes[2:]:
+        regime = regime.isel({extra: 0})
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    if len(axes) == 1:
+        regime = regime.expand_dims(_="_")
+        regime = regime.assign_coords(_=[0])
+        draw_regimes(ax, regime, axes[0], "_")
+        ax.set_yticks([])
+        ax.set_ylabel("")
+    else:
+        draw_regimes(ax, regime, axes[0], axes[1])
+    a = ds.attrs
+    where = f"mu = {mu_label(a['mu'])}" if "mu" in a else f"n = {a.get('n_points')}"
+    ax.set_title(
+        title or f"{a.get('method')}, L = {a.get('depth')}, {where}, {a.get('mode')}", fontsize=10
+    )
+    present = sorted(set(np.unique(regime.values).tolist()))
+    regime_legend(ax, present, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    return fig
+
+
+def save_figure_set(fig, out_dir, name: str, datasets: dict[str, xr.Dataset] | None = None):
+    """Write ``name.png``, ``name.pdf`` and the data beside them (``name.nc`` or
+    ``name_<key>.nc`` for several Datasets). Returns the paths."""
+    from pathlib import Path
+
+    from samflow.io import save_figure, write_dataset
+
+    out_dir = Path(out_dir)
+    paths = [save_figure(fig, out_dir / f"{name}.{ext}") for ext in ("png", "pdf")]
+    for key, ds in (datasets or {}).items():
+        paths.append(
+            write_dataset(ds, out_dir / (f"{name}.nc" if key == "" else f"{name}_{key}.nc"))
+        )
+    plt.close(fig)
+    return paths

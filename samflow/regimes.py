@@ -106,3 +106,53 @@ def classify(
         dominant=D.astype(jnp.int32),
         horizon=horizon,
     )
+
+
+def summarize(
+    beta: Array,
+    tau: Array,
+    loss: Array,
+    valid: Array,
+    failed: Array | bool = False,
+    collapse_factor: float = 1e-3,
+    plateau_fraction: float = 0.5,
+) -> dict[str, Array]:
+    """Per-trajectory summaries a sweep keeps (``beta`` ``[T, d]``, the rest ``[T]``).
+
+    Returns the :class:`Classification` fields plus
+
+    - ``beta_norm`` ``[T]``: ``||beta||_1`` (NaN outside the horizon);
+    - ``final_direction`` ``[d]``: ``beta / ||beta||_1`` at the horizon;
+    - ``takeover_tau`` ``[d]``: first recorded tau at which coordinate j is dominant
+      (NaN if never); the hand-offs are where ``D`` changes, i.e. these times for the
+      coordinates that take over after the first;
+    - ``n_handoffs``: number of changes of ``D`` between consecutive valid records;
+    - ``plateau_end_tau``: first recorded tau at which the loss falls to
+      ``plateau_fraction`` times its initial value (NaN if never: a plateau that
+      outlasts the horizon).
+    """
+    T, d = beta.shape
+    c = classify(beta, valid, failed, collapse_factor)
+    later = c.dominant > 0
+    norm = jnp.sum(jnp.abs(beta), axis=-1)
+    hit = later[:, None] & (c.dominant[:, None] == jnp.arange(1, d + 1)[None, :])
+    takeover = jnp.where(jnp.any(hit, axis=0), tau[jnp.argmax(hit, axis=0)], jnp.nan)
+    prev_valid = jnp.concatenate([jnp.zeros((1,), bool), later[:-1]])
+    prev_D = jnp.concatenate([jnp.zeros((1,), c.dominant.dtype), c.dominant[:-1]])
+    n_handoffs = jnp.sum(later & prev_valid & (c.dominant != prev_D))
+    low = valid & (loss <= plateau_fraction * loss[0]) & (jnp.arange(T) > 0)
+    plateau = jnp.where(jnp.any(low), tau[jnp.argmax(low)], jnp.nan)
+    normT = norm[c.horizon]
+    direction = jnp.where(normT > 0, beta[c.horizon] / jnp.where(normT > 0, normT, 1.0), 0.0)
+    return {
+        "regime": c.regime,
+        "limit_coord": c.limit_coord,
+        "first_amplified": c.first_amplified,
+        "dominant": c.dominant,
+        "beta_norm": jnp.where(valid, norm, jnp.nan),
+        "loss": jnp.where(valid, loss, jnp.nan),
+        "final_direction": direction,
+        "takeover_tau": takeover,
+        "n_handoffs": n_handoffs.astype(jnp.int32),
+        "plateau_end_tau": plateau,
+    }

@@ -1,0 +1,77 @@
+"""Figure 1: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it.
+
+The instantaneous bounds of THEORY section 4 are drawn over the measured map: below
+``alpha = rho mu_1 / (sqrt 2 ||mu||)`` every coordinate shrinks at tau = 0; above
+``alpha = sqrt 2 rho mu_d / ||mu||`` the major coordinate grows fastest from the start.
+They are bounds, not the boundaries: the map shows where the regimes really change.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
+from samflow.sweep import SweepSpec, parse_axis, run_sweep
+from samflow.theory import l2sam_l2_alpha_bounds
+
+MU = (1.0, 2.0, 3.0, 4.0)
+
+
+def build(out_dir: Path, quick: bool) -> list[Path]:
+    n_alpha, n_rho = (32, 16) if quick else (160, 96)
+    axes = (parse_axis(f"alpha=0.01:10:{n_alpha}:log"), parse_axis(f"rho=0.05:5:{n_rho}:log"))
+    datasets = {}
+    for method in ("sam-l2", "gd"):
+        spec = SweepSpec(
+            method=method, mode="flow", depth=2, axes=axes, rho=1.0, mu=MU, tau_max=200.0, n_save=80
+        )
+        work = Path(out_dir) / f".phase_l2_{method}.nc"
+        datasets[method] = run_sweep(spec, work, chunk=4096, progress=False)
+        work.unlink(missing_ok=True)
+    fig, axs = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    rho = datasets["sam-l2"]["rho"].values
+    lo, hi = np.array([l2sam_l2_alpha_bounds(MU, r) for r in rho]).T
+    for ax, (method, ds) in zip(axs, datasets.items(), strict=True):
+        draw_regimes(ax, ds["regime"], "alpha", "rho")
+        ax.set_title(f"{'l2-SAM' if method == 'sam-l2' else 'GD'} flow, L = 2, mu = {mu_label(MU)}")
+    axs[0].plot(lo, rho, color="white", lw=2.2)
+    axs[0].plot(
+        lo,
+        rho,
+        color="black",
+        lw=1.2,
+        ls="--",
+        label=r"all shrink below: $\rho\mu_1/(\sqrt{2}\|\mu\|)$",
+    )
+    axs[0].plot(hi, rho, color="white", lw=2.2)
+    axs[0].plot(
+        hi,
+        rho,
+        color="black",
+        lw=1.2,
+        ls=":",
+        label=r"major fastest above: $\sqrt{2}\rho\mu_d/\|\mu\|$",
+    )
+    axs[0].legend(loc="lower right", fontsize=8, framealpha=0.9)
+    alpha = datasets["sam-l2"]["alpha"].values
+    axs[0].set_xlim(alpha[0] / 1.15, alpha[-1] * 1.15)
+    codes = sorted(
+        set(np.unique(datasets["sam-l2"]["regime"].values))
+        | set(np.unique(datasets["gd"]["regime"].values))
+    )
+    regime_legend(axs[1], codes, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axs[1].set_ylabel("")
+    fig.suptitle(
+        r"Regimes at $\tau = 200$ (rescaled flow): collapse, sequential, direct", fontsize=11
+    )
+    return save_figure_set(
+        fig, out_dir, "phase_l2", {"l2sam": datasets["sam-l2"], "gd": datasets["gd"]}
+    )
+
+
+if __name__ == "__main__":
+    print(build(Path("figures"), "--quick" in sys.argv))
