@@ -31,6 +31,7 @@ over all of them (every process runs the same command; process 0 writes files).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -249,11 +250,41 @@ def flow_formulation(spec: SweepSpec) -> str:
 
 
 def make_chunk_fn(spec: SweepSpec) -> Callable:
-    """The jitted ``inputs -> summaries`` program of this sweep (one per spec shape)."""
-    rule = get_rule(spec.method)
-    keep = spec.save_trajectories
+    """The jitted ``inputs -> summaries`` program of this sweep.
 
-    if spec.mode == "discrete":
+    Cached on what the program depends on (not the grid values), so a rerun or another
+    sweep of the same kind in the same process compiles nothing new.
+    """
+    return _chunk_fn(
+        spec.method,
+        spec.mode,
+        flow_formulation(spec) if spec.mode == "flow" else None,
+        spec.rtol,
+        spec.atol,
+        spec.max_steps,
+        spec.dtype,
+        spec.collapse_factor,
+        spec.plateau_fraction,
+        spec.save_trajectories,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _chunk_fn(
+    method: str,
+    mode: str,
+    formulation: str | None,
+    rtol: float,
+    atol: float,
+    max_steps: int,
+    dtype: str,
+    collapse_factor: float,
+    plateau_fraction: float,
+    keep: bool,
+) -> Callable:
+    rule = get_rule(method)
+
+    if mode == "discrete":
 
         def one(theta0, X, y, depth, rho, eta, times):
             traj = simulate(theta0, Problem(X, y), depth, rho, eta, times, rule=rule)
@@ -264,8 +295,8 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
                 traj.loss,
                 valid,
                 traj.failed_step >= 0,
-                spec.collapse_factor,
-                spec.plateau_fraction,
+                collapse_factor,
+                plateau_fraction,
             )
             out["failed_step"] = traj.failed_step
             out["rescaled_tau"] = traj.tau
@@ -275,12 +306,12 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
 
     else:
         config = FlowConfig(
-            formulation=flow_formulation(spec),
-            rtol=spec.rtol,
-            atol=spec.atol,
-            max_steps=spec.max_steps,
-            log_beta_max=0.5 * float(np.log(np.finfo(spec.dtype).max)),
-            singular_log_range=0.45 * float(-np.log(np.finfo(spec.dtype).eps)),
+            formulation=formulation,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            log_beta_max=0.5 * float(np.log(np.finfo(dtype).max)),
+            singular_log_range=0.45 * float(-np.log(np.finfo(dtype).eps)),
         )
 
         def one(theta0, X, y, depth, rho, eta, times):
@@ -291,8 +322,8 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
                 sol.loss,
                 sol.valid,
                 sol.failed,
-                spec.collapse_factor,
-                spec.plateau_fraction,
+                collapse_factor,
+                plateau_fraction,
             )
             out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
             out["stop_tau"] = sol.stop_tau
@@ -300,8 +331,7 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
                 out["beta"] = sol.beta
             return out
 
-    batched = jax.vmap(one, in_axes=(0, 0, None, 0, 0, 0, None))
-    return jax.jit(batched)
+    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, 0, 0, None)))
 
 
 def _mesh() -> Mesh:
