@@ -24,9 +24,11 @@ mu         index into a set of mu vectors (``--mu-file``, ``[k, d]``); one point
 seed       random initialisations: alpha_j log-uniform in ``--alpha-range`` (integers)
 ========== =============================================================================
 
-Multi-host: call ``jax.distributed.initialize()`` (or set ``SAMFLOW_DISTRIBUTED=1``)
-before the sweep; ``jax.devices()`` then spans every host and the chunks are sharded
-over all of them (every process runs the same command; process 0 writes files).
+Multi-host: set ``SAMFLOW_DISTRIBUTED=1`` (with JAX's usual coordinator variables, or
+on a cluster that ``jax.distributed.initialize()`` detects by itself) and start the same
+command in every process. ``jax.devices()`` then spans every host, each chunk is sharded
+over all of them, results are gathered with ``process_allgather`` and process 0 writes
+the files. (Tested here only with several devices in one process.)
 """
 
 from __future__ import annotations
@@ -366,6 +368,10 @@ def run_chunk(spec: SweepSpec, fn: Callable, flat: np.ndarray, chunk_size: int) 
             args["eta"],
             times,
         )
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            out = multihost_utils.process_allgather(out, tiled=True)
         return {k: np.asarray(v)[:n] for k, v in out.items()}
 
 
@@ -511,6 +517,8 @@ def run_sweep(
     check_rates(spec.method, spec.rho if spec.method != "gd" else None, spec.eta)
     check_axes(list(spec.axes), spec.mode)
     check_size(spec, size_limit_bytes)
+    if os.environ.get("SAMFLOW_DISTRIBUTED") == "1" and not jax.distributed.is_initialized():
+        jax.distributed.initialize()
     out = Path(out)
     work = out.with_name(out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
