@@ -193,3 +193,74 @@ def save_figure_set(fig, out_dir, name: str, datasets: dict[str, xr.Dataset] | N
         )
     plt.close(fig)
     return paths
+
+
+# ---- Categorical maps (dominant coordinate, limit index) for the figure scripts ----
+
+# Coordinate j keeps its timeline colour (coord_style); 0 means beta ~ 0 (collapsed),
+# blank means no record (after a blow-up or the overflow guard).
+COLLAPSED_COLOUR = "#BBBBBB"
+
+
+def coordinate_colours(d: int) -> dict[int, str]:
+    """Colours of the categories 0 (beta ~ 0) and 1..d (coordinate j), Okabe-Ito."""
+    return {0: COLLAPSED_COLOUR, **{j: coord_style(j - 1)["color"] for j in range(1, d + 1)}}
+
+
+def draw_categories(ax, values, xs, ys, colours: dict[int, str], xlog=None, ylog=None):
+    """Integer categories ``values`` ``[len(ys), len(xs)]`` at cell centres ``xs``, ``ys``.
+
+    NaN cells stay blank. ``colours`` maps each category to a colour; log axes are
+    chosen as for regime maps unless ``xlog``/``ylog`` say otherwise.
+    """
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    codes = sorted(colours)
+    lookup = np.full(np.shape(values), np.nan)
+    v = np.asarray(values, dtype=float)
+    for i, c in enumerate(codes):
+        lookup[v == c] = i
+    cmap = ListedColormap([colours[c] for c in codes])
+    norm = BoundaryNorm(np.arange(-0.5, len(codes)), cmap.N)
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    xlog = is_log_axis(xs) if xlog is None else xlog
+    ylog = is_log_axis(ys) if ylog is None else ylog
+    mesh = ax.pcolormesh(
+        _edges(xs, xlog),
+        _edges(ys, ylog),
+        np.ma.masked_invalid(lookup),
+        cmap=cmap,
+        norm=norm,
+        edgecolors="face",
+        linewidth=0,
+    )
+    if xlog:
+        ax.set_xscale("log")
+    if ylog:
+        ax.set_yscale("log")
+    return mesh
+
+
+def category_legend(ax, colours: dict[int, str], names: dict[int, str], title=None, **kwargs):
+    """Legend of categorical colours (``names``: category -> label; blank as a white box)."""
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(facecolor=colours.get(c, "white"), edgecolor="black", label=label)
+        for c, label in names.items()
+    ]
+    kwargs.setdefault("fontsize", 8)
+    return ax.legend(handles=handles, title=title, **kwargs)
+
+
+def dominant_codes(dominant, beta_norm, collapse_factor: float = 1e-3) -> np.ndarray:
+    """Dominant coordinate per record with 0 where beta has collapsed, NaN where no record.
+
+    ``dominant`` and ``beta_norm`` ``[..., T]`` as a sweep writes them (``dominant`` is 0
+    for records outside the horizon; at a collapse beta = 0 and argmax would say 1).
+    """
+    dom = np.asarray(dominant, dtype=float)
+    norm = np.asarray(beta_norm, dtype=float)
+    out = np.where(np.isfinite(norm) & (dom > 0), dom, np.nan)
+    collapsed = np.isfinite(norm) & (norm < collapse_factor * norm[..., :1])
+    return np.where(collapsed, 0.0, out)
