@@ -249,7 +249,10 @@ def integrate(
         y0=y0,
         args=args,
         saveat=saveat,
-        stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
+        # max norm: padding rows (constant ones) must not change the step sizes
+        stepsize_controller=diffrax.PIDController(
+            rtol=config.rtol, atol=config.atol, norm=optx.max_norm
+        ),
         event=event,
         max_steps=config.max_steps,
         throw=False,
