@@ -11,8 +11,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The main job: every figure at quick resolution (PNG, PDF and netCDF in figures/).
 demo: $(STAMP)
-	$(VENV)/bin/samflow demo --out out/demo
+	$(VENV)/bin/samflow figures --quick --out figures
+
+figures: $(STAMP)
+	$(VENV)/bin/samflow figures --out figures
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
