@@ -23,22 +23,22 @@ import numpy as np
 from jax import Array, lax
 
 from samflow.errors import InputError
-from samflow.model import Problem, beta, grad_and_aux, layer_mask, loss
+from samflow.model import Problem, ascent_direction, beta, grad_and_aux, layer_mask, loss
 from samflow.precision import precision
 from samflow.steps import PerturbationRule, get_rule, step
 
 
 class Trajectory(NamedTuple):
-    """A recorded discrete run (one grid point; a sweep adds leading grid axes).
+    """A recorded discrete run; ``*batch`` are the trailing grid axes of a batched run.
 
     Fields:
         step: ``[T]`` int, step index of each record (``step[0] = 0``).
-        tau: ``[T]`` rescaled time (n = 1) or ``eta * step`` (n > 1).
-        beta: ``[T, d]`` predictor.
-        loss: ``[T]`` loss at the recorded parameters.
-        theta: ``[T, L_max, d]`` parameters, or None unless requested.
-        theta_final: ``[L_max, d]`` parameters after the last step.
-        failed_step: scalar int, step of the first non-finite record, -1 if none.
+        tau: ``[T, *batch]`` rescaled time (n = 1) or ``eta * step`` (n > 1).
+        beta: ``[T, d, *batch]`` predictor.
+        loss: ``[T, *batch]`` loss at the recorded parameters.
+        theta: ``[T, L_max, d, *batch]`` parameters, or None unless requested.
+        theta_final: ``[L_max, d, *batch]`` parameters after the last step.
+        failed_step: ``[*batch]`` int, step of the first non-finite record, -1 if none.
     """
 
     step: Array
@@ -82,19 +82,32 @@ def simulate(
     *,
     rule: PerturbationRule,
     save_theta: bool = False,
+    unroll: int = 1,
 ) -> Trajectory:
-    """Pure, vmappable discrete run from ``theta0`` ``[L_max, d]``.
+    """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
-    ``record_steps`` ``[T]`` starts at 0; ``rule`` and ``save_theta`` are static.
+    One trajectory when ``theta0`` is ``[L_max, d]``; with trailing batch axes (the
+    batch-last layout of :mod:`samflow.model`) every grid point runs in the same loop,
+    and ``problem``, ``depth``, ``rho``, ``eta`` carry the same trailing axes (or
+    broadcast). ``record_steps`` ``[T]`` starts at 0; ``rule``, ``save_theta`` and
+    ``unroll`` (steps per iteration of the inner loop) are static.
     """
+    batch_ndim = theta0.ndim - 2
     mask = layer_mask(depth, theta0.shape[0], theta0.dtype)
 
     def grad_fn(theta):
         return grad_and_aux(theta, problem, mask)
 
-    def one_step(_, carry):
+    # One data point: the ascent direction needs no loss derivative (THEORY section 3).
+    ascent_fn = None
+    if problem.X.shape[0] == 1:
+
+        def ascent_fn(theta):
+            return ascent_direction(theta, problem, mask)
+
+    def one_step(carry):
         theta, tau = carry
-        new, info = step(theta, grad_fn, rule, rho, eta)
+        new, info = step(theta, grad_fn, rule, rho, eta, ascent_fn=ascent_fn, batch_ndim=batch_ndim)
         return new, tau + eta * info.aux_perturbed.lprime_abs
 
     def record(theta, tau):
@@ -103,17 +116,29 @@ def simulate(
             out["theta"] = theta
         return out
 
+    def all_finite(theta, tau):
+        return jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
+
+    def unrolled(_, carry):
+        for _ in range(unroll):
+            carry = one_step(carry)
+        return carry
+
+    def steps(n_steps, carry):
+        """``n_steps`` steps, ``unroll`` per loop iteration and the rest one by one."""
+        carry = lax.fori_loop(0, n_steps // unroll, unrolled, carry)
+        return lax.fori_loop(0, n_steps % unroll, lambda _, c: one_step(c), carry)
+
     def segment(carry, xs):
         theta, tau, failed = carry
         n_steps, at_step = xs
-        theta, tau = lax.fori_loop(0, n_steps, one_step, (theta, tau))
-        finite = jnp.all(jnp.isfinite(theta)) & jnp.isfinite(tau)
-        failed = jnp.where((failed < 0) & ~finite, at_step, failed)
+        theta, tau = steps(n_steps, (theta, tau))
+        failed = jnp.where((failed < 0) & ~all_finite(theta, tau), at_step, failed)
         return (theta, tau, failed), record(theta, tau)
 
-    tau0 = jnp.zeros((), theta0.dtype)
+    tau0 = jnp.zeros_like(theta0[0, 0])
     lengths = jnp.diff(record_steps)
-    failed0 = jnp.where(jnp.all(jnp.isfinite(theta0)), -1, 0).astype(record_steps.dtype)
+    failed0 = jnp.where(all_finite(theta0, tau0), -1, 0).astype(record_steps.dtype)
     (theta_f, _, failed), recs = lax.scan(
         segment, (theta0, tau0, failed0), (lengths, record_steps[1:])
     )

@@ -5,6 +5,13 @@ Parameters are one array ``theta`` of shape ``[L_max, d]``; row ``l`` is the lay
 they contribute a factor one to ``beta``, and :func:`layer_mask` zeroes their gradient,
 so they are never perturbed, never updated and never counted in a norm. Depth can then
 vary inside one compiled, vmapped program.
+
+Batch-last layout: every function here also takes any number of trailing *batch* axes,
+``theta`` ``[L_max, d, *batch]``, ``X`` ``[n, d, *batch]``, ``y`` ``[n, *batch]``, ``depth``
+``[*batch]`` (size-1 batch axes broadcast). Sweeps put their grid points there, so each
+formula is one elementwise loop over contiguous memory. Sums and products over the small
+structural axes (layers, coordinates, data points) are unrolled over rows, which XLA
+fuses into that loop (:mod:`samflow.layout`).
 """
 
 from __future__ import annotations
@@ -16,13 +23,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from samflow.layout import prod_rows, sum_rows
+
 
 class Problem(NamedTuple):
     """A binary classification data set.
 
     Fields:
-        X: ``[n, d]`` inputs.
-        y: ``[n]`` labels in {-1, +1}.
+        X: ``[n, d, *batch]`` inputs.
+        y: ``[n, *batch]`` labels in {-1, +1}.
     """
 
     X: Array
@@ -44,9 +53,10 @@ def single_point(mu: Array | np.ndarray | list[float]) -> Problem:
 
 
 def layer_mask(depth: int | Array, n_layers: int, dtype=None) -> Array:
-    """``[n_layers, 1]`` mask, one for the ``depth`` real layers, zero for padding."""
-    mask = jnp.arange(n_layers)[:, None] < depth
-    return mask.astype(dtype if dtype is not None else jnp.result_type(float))
+    """``[n_layers, 1, *batch]`` mask for ``depth`` ``[*batch]``: one for real layers, else zero."""
+    depth = jnp.asarray(depth)
+    layers = jnp.arange(n_layers).reshape(n_layers, 1, *(1,) * depth.ndim)
+    return (layers < depth).astype(dtype if dtype is not None else jnp.result_type(float))
 
 
 def pad_theta(theta: Array, n_layers: int) -> Array:
@@ -58,32 +68,37 @@ def pad_theta(theta: Array, n_layers: int) -> Array:
 
 
 def beta(theta: Array) -> Array:
-    """Predictor ``beta = w^(1) * ... * w^(L)`` (elementwise), ``[L_max, d] -> [d]``.
+    """Predictor ``beta = w^(1) * ... * w^(L)`` (elementwise), ``[L_max, d, *b] -> [d, *b]``.
 
     Padding rows are ones, so the product over all rows is the depth-L predictor.
     """
-    return jnp.prod(theta, axis=0)
+    return prod_rows(theta)
 
 
 def exclusive_products(theta: Array) -> Array:
     """``P[l, j] = prod_{k != l} theta[k, j]`` by prefix and suffix products, no division.
 
     Division would fail where a weight is zero; the prefix/suffix form is exact there.
+    ``[L_max, d, *batch]`` in and out; ``L_max`` is small and static, so the products are
+    unrolled over layers.
     """
-    ones = jnp.ones_like(theta[:1])
-    prefix = jnp.concatenate([ones, jnp.cumprod(theta[:-1], axis=0)], axis=0)
-    suffix = jnp.concatenate([jnp.cumprod(theta[:0:-1], axis=0)[::-1], ones], axis=0)
-    return prefix * suffix
+    layers = list(theta)
+    prefix, suffix = [jnp.ones_like(layers[0])], [jnp.ones_like(layers[0])]
+    for w in layers[:-1]:
+        prefix.append(prefix[-1] * w)
+    for w in layers[:0:-1]:
+        suffix.append(suffix[-1] * w)
+    return jnp.stack([p * s for p, s in zip(prefix, suffix[::-1], strict=True)])
 
 
 def margins(theta: Array, problem: Problem) -> Array:
-    """``z_i = y_i <beta(theta), x_i>``, shape ``[n]``."""
-    return problem.y * (problem.X @ beta(theta))
+    """``z_i = y_i <beta(theta), x_i>``, shape ``[n, *batch]``."""
+    return problem.y * sum_rows(jnp.swapaxes(problem.X, 0, 1) * beta(theta)[:, None])
 
 
 def logistic_loss(z: Array) -> Array:
-    """Mean of ``l(z) = log(1 + exp(-z))``, computed as softplus for stability."""
-    return jnp.mean(jax.nn.softplus(-z))
+    """Mean over data points (axis 0) of ``l(z) = log(1 + exp(-z))``, as softplus."""
+    return sum_rows(jax.nn.softplus(-z)) / z.shape[0]
 
 
 def loss(theta: Array, problem: Problem) -> Array:
@@ -95,8 +110,8 @@ class DiagAux(NamedTuple):
     """What one gradient evaluation reports besides the gradient.
 
     Fields:
-        loss: scalar loss at the evaluated parameters.
-        lprime_abs: scalar ``|l'(z)|`` when n = 1 (the rescaling factor of
+        loss: ``[*batch]`` loss at the evaluated parameters.
+        lprime_abs: ``[*batch]`` ``|l'(z)|`` when n = 1 (the rescaling factor of
             THEORY section 3); for n > 1 the flow is not rescaled and this is 1.
     """
 
@@ -105,14 +120,28 @@ class DiagAux(NamedTuple):
 
 
 def grad_and_aux(theta: Array, problem: Problem, mask: Array) -> tuple[Array, DiagAux]:
-    """Explicit gradient of THEORY section 1, ``[L_max, d]``, padding rows zero.
+    """Explicit gradient of THEORY section 1, ``[L_max, d, *batch]``, padding rows zero.
 
     ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with
-    ``l'(z) = -sigmoid(-z)``.
+    ``l'(z) = -sigmoid(-z)``; ``mask`` from :func:`layer_mask`.
     """
     z = margins(theta, problem)
     lprime = -jax.nn.sigmoid(-z)
-    c = jnp.mean((lprime * problem.y)[:, None] * problem.X, axis=0)
-    g = c[None, :] * exclusive_products(theta) * mask
-    rescale = -lprime[0] if problem.X.shape[0] == 1 else jnp.ones((), theta.dtype)
+    n = problem.X.shape[0]
+    c = sum_rows((lprime * problem.y)[:, None] * problem.X) / n
+    g = c[None] * exclusive_products(theta) * mask
+    rescale = -lprime[0] if n == 1 else jnp.ones_like(z[0])
     return g, DiagAux(loss=logistic_loss(z), lprime_abs=rescale)
+
+
+def ascent_direction(theta: Array, problem: Problem, mask: Array) -> Array:
+    """For one data point, ``-y x_j prod_{k != l} w^(k)_j``: the gradient over ``|l'(z)|``.
+
+    With one point the gradient is ``l'(z) y x * P`` and ``l'(z) < 0``, so this is a
+    positive multiple of it (THEORY section 3). A scale-invariant perturbation rule gets
+    the same ``eps`` from it without evaluating ``l'(z)``: the ascent step costs no
+    sigmoid, and the direction survives where ``l'(z)`` underflows.
+    """
+    if problem.X.shape[0] != 1:
+        raise ValueError("ascent_direction needs exactly one data point")
+    return -(problem.y[0] * problem.X[0])[None] * exclusive_products(theta) * mask

@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
+from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from samflow.discrete import check_rates, record_schedule, simulate
@@ -57,7 +58,7 @@ from samflow.io import base_attrs, regime_attrs, write_dataset
 from samflow.model import Problem
 from samflow.precision import precision
 from samflow.regimes import summarize
-from samflow.steps import get_rule
+from samflow.steps import PerturbationRule, get_rule
 
 FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
 INTEGER_AXES = ("depth", "seed", "mu")
@@ -251,9 +252,98 @@ def flow_formulation(spec: SweepSpec) -> str:
     return "linf" if spec.method == "sam-linf" else "log"
 
 
+TILE_BYTES = 16 * 2**10
+"""Discrete sweeps run in tiles whose state ``[L_max, d, T]`` takes about this many bytes,
+so that it stays in the core's cache for all the steps of the run."""
+UNROLL = 4
+"""Steps per iteration of the inner step loop of discrete sweeps (less loop overhead)."""
+
+
+def tile_points(n_points: int, n_layers: int, d: int, dtype, n_devices: int) -> int:
+    """Grid points per tile of a discrete chunk of ``n_points`` on ``n_devices``.
+
+    The tile's state fits :data:`TILE_BYTES`; a small chunk gets one tile per device
+    (a multiple of 8, the vector width, so no tile ends in a scalar remainder).
+    """
+    per_point = n_layers * d * np.dtype(dtype).itemsize
+    fit = max(8, TILE_BYTES // per_point // 8 * 8)
+    share = -(-n_points // n_devices)
+    return min(fit, -(-share // 8) * 8)
+
+
+def _discrete_chunk_fn(
+    rule: PerturbationRule, collapse_factor: float, plateau_fraction: float, keep: bool
+) -> Callable:
+    """``inputs -> summaries`` of a discrete sweep, run batch-last in cache-sized tiles.
+
+    The chunk's points are cut into tiles of :func:`tile_points` points, the tiles are
+    spread over the devices (``shard_map``), and each device runs its tiles one after
+    another; inside a tile every array has the tile as its last axis (the batch-last
+    layout of :mod:`samflow.model`), so a step is a few fused loops over cached data.
+    """
+
+    def tile(theta0, X, depth, rho, eta, y, times):
+        """One tile: ``theta0`` ``[L_max, d, T]``, ``X`` ``[n, d, T]``, the rest ``[T]``."""
+        traj = simulate(
+            theta0, Problem(X, y[:, None]), depth, rho, eta, times, rule=rule, unroll=UNROLL
+        )
+
+        def one(beta, tau, loss, failed_step):
+            out = summarize(
+                beta,
+                tau,
+                loss,
+                jnp.ones(times.shape, bool),
+                failed_step >= 0,
+                collapse_factor,
+                plateau_fraction,
+            )
+            out["failed_step"] = failed_step
+            out["rescaled_tau"] = tau
+            if keep:
+                out["beta"] = beta
+            return out
+
+        return jax.vmap(one, in_axes=(2, 1, 1, 0))(traj.beta, traj.tau, traj.loss, traj.failed_step)
+
+    mesh = _mesh()
+    n_dev = mesh.size
+
+    def run_tiles(theta0, X, depth, rho, eta, y, times):
+        return lax.map(lambda a: tile(*a, y, times), (theta0, X, depth, rho, eta))
+
+    sharded = jax.shard_map(
+        run_tiles,
+        mesh=mesh,
+        in_specs=(*(PartitionSpec("grid"),) * 5, PartitionSpec(), PartitionSpec()),
+        out_specs=PartitionSpec("grid"),
+    )
+
+    def chunk(theta0, X, y, depth, rho, eta, times):
+        C, n_layers, d = theta0.shape
+        T = tile_points(C, n_layers, d, theta0.dtype, n_dev)
+        n_tiles = -(-C // (n_dev * T)) * n_dev
+
+        def to_tiles(a):  # [C, *s] -> [n_tiles, *s, T], padded with the last point
+            if a.shape[0] == 1:  # shared by every point: one batch entry that broadcasts
+                return jnp.broadcast_to(jnp.moveaxis(a, 0, -1), (n_tiles, *a.shape[1:], 1))
+            pad = jnp.broadcast_to(a[-1:], (n_tiles * T - C, *a.shape[1:]))
+            a = jnp.concatenate([a, pad]).reshape(n_tiles, T, *a.shape[1:])
+            return jnp.moveaxis(a, 1, -1)
+
+        out = sharded(*map(to_tiles, (theta0, X, depth, rho, eta)), y, times)
+        return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
+
+    return jax.jit(chunk)
+
+
 def make_chunk_fn(spec: SweepSpec) -> Callable:
     """The jitted ``inputs -> summaries`` program of this sweep.
 
+    Inputs: ``theta0`` ``[C, L_max, d]``, ``X`` ``[C, n, d]``, ``y`` ``[n]``, ``depth``,
+    ``rho``, ``eta`` ``[C]``, and the record ``times`` ``[T]``; any chunk size ``C``. In
+    discrete mode ``X`` and ``depth`` may have leading size 1 instead of ``C`` when every
+    point shares them: the loop then reads one copy instead of one per point.
     Cached on what the program depends on (not the grid values), so a rerun or another
     sweep of the same kind in the same process compiles nothing new.
     """
@@ -285,53 +375,33 @@ def _chunk_fn(
     keep: bool,
 ) -> Callable:
     rule = get_rule(method)
-
     if mode == "discrete":
+        return _discrete_chunk_fn(rule, collapse_factor, plateau_fraction, keep)
+    config = FlowConfig(
+        formulation=formulation,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        log_beta_max=0.5 * float(np.log(np.finfo(dtype).max)),
+        singular_log_range=0.45 * float(-np.log(np.finfo(dtype).eps)),
+    )
 
-        def one(theta0, X, y, depth, rho, eta, times):
-            traj = simulate(theta0, Problem(X, y), depth, rho, eta, times, rule=rule)
-            valid = jnp.ones(times.shape, bool)
-            out = summarize(
-                traj.beta,
-                traj.tau,
-                traj.loss,
-                valid,
-                traj.failed_step >= 0,
-                collapse_factor,
-                plateau_fraction,
-            )
-            out["failed_step"] = traj.failed_step
-            out["rescaled_tau"] = traj.tau
-            if keep:
-                out["beta"] = traj.beta
-            return out
-
-    else:
-        config = FlowConfig(
-            formulation=formulation,
-            rtol=rtol,
-            atol=atol,
-            max_steps=max_steps,
-            log_beta_max=0.5 * float(np.log(np.finfo(dtype).max)),
-            singular_log_range=0.45 * float(-np.log(np.finfo(dtype).eps)),
+    def one(theta0, X, y, depth, rho, eta, times):
+        sol = integrate(theta0, Problem(X, y), depth, rho, times, rule=rule, config=config)
+        out = summarize(
+            sol.beta,
+            sol.tau,
+            sol.loss,
+            sol.valid,
+            sol.failed,
+            collapse_factor,
+            plateau_fraction,
         )
-
-        def one(theta0, X, y, depth, rho, eta, times):
-            sol = integrate(theta0, Problem(X, y), depth, rho, times, rule=rule, config=config)
-            out = summarize(
-                sol.beta,
-                sol.tau,
-                sol.loss,
-                sol.valid,
-                sol.failed,
-                collapse_factor,
-                plateau_fraction,
-            )
-            out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
-            out["stop_tau"] = sol.stop_tau
-            if keep:
-                out["beta"] = sol.beta
-            return out
+        out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
+        out["stop_tau"] = sol.stop_tau
+        if keep:
+            out["beta"] = sol.beta
+        return out
 
     return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, 0, 0, None)))
 
@@ -349,10 +419,19 @@ def run_chunk(spec: SweepSpec, fn: Callable, flat: np.ndarray, chunk_size: int) 
     padded = np.concatenate([flat, np.full(chunk_size - n, flat[-1])])
     inputs = point_inputs(spec, padded)
     mesh = _mesh()
+    if spec.mode == "discrete":
+        shared = {k for k in ("X", "depth") if np.all(inputs[k] == inputs[k][:1])}
+        inputs.update({k: inputs[k][:1] for k in shared})
+    else:
+        shared = set()
     with precision(spec.dtype) as dt:
         sharded = NamedSharding(mesh, PartitionSpec("grid"))
+        replicated = NamedSharding(mesh, PartitionSpec())
         args = {
-            k: jax.device_put(jnp.asarray(v, jnp.int32 if k == "depth" else dt), sharded)
+            k: jax.device_put(
+                jnp.asarray(v, jnp.int32 if k == "depth" else dt),
+                replicated if k in shared else sharded,
+            )
             for k, v in inputs.items()
         }
         times = spec.time_points()
@@ -375,11 +454,21 @@ def run_chunk(spec: SweepSpec, fn: Callable, flat: np.ndarray, chunk_size: int) 
         return {k: np.asarray(v)[:n] for k, v in out.items()}
 
 
-def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndarray]]:
-    """Chunk size rounded up to a multiple of the device count, and the index blocks."""
+def chunk_plan(
+    size: int, chunk: int, n_devices: int, tile: int = 1
+) -> tuple[int, list[np.ndarray]]:
+    """Chunk size rounded up to a multiple of ``n_devices * tile``, and the index blocks."""
     chunk = max(1, min(chunk, size))
-    chunk = -(-chunk // n_devices) * n_devices
+    chunk = -(-chunk // (n_devices * tile)) * (n_devices * tile)
     return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
+
+
+def chunk_tile(spec: SweepSpec, chunk: int, n_devices: int) -> int:
+    """The tile :func:`make_chunk_fn` uses for chunks of ``chunk`` points (1 for flows)."""
+    if spec.mode != "discrete":
+        return 1
+    n = max(1, min(chunk, spec.size))
+    return tile_points(n, spec.n_layers, spec.d, spec.dtype, n_devices)
 
 
 def trajectory_bytes(spec: SweepSpec) -> int:
@@ -530,7 +619,7 @@ def run_sweep(
         )
     key_file.write_text(json.dumps({"key": key, "command_line": command_line}))
     n_dev = len(jax.devices())
-    chunk_size, blocks = chunk_plan(spec.size, chunk, n_dev)
+    chunk_size, blocks = chunk_plan(spec.size, chunk, n_dev, chunk_tile(spec, chunk, n_dev))
     stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
     fn = None
     done_now = 0
