@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
 
 .PHONY: demo test lint format bench figures clean
 
@@ -28,6 +29,14 @@ test: lint
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Optional benchmark dependencies (PyTorch); the bench skips what is missing.
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]' || echo "bench extras not installed: the torch baseline will be skipped"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m benchmarks.bench
 
 clean:
 	rm -rf out .pytest_cache
