@@ -1,0 +1,111 @@
+"""Figure plumbing: drawing helpers on tiny Datasets, the shared-program runner of the
+figure scripts against ``run_sweep``, and one cheap figure through the CLI."""
+
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import xarray as xr
+
+from samflow.cli import main
+from samflow.plotting import (
+    category_legend,
+    coordinate_colours,
+    dominant_codes,
+    draw_categories,
+    draw_regimes,
+    phase_map,
+    save_figure_set,
+)
+from samflow.sweep import SweepSpec, parse_axis, run_sweep
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+import _engine  # noqa: E402
+
+
+def tiny_regime_dataset() -> xr.Dataset:
+    alpha, rho = np.geomspace(0.1, 10, 4), np.geomspace(0.1, 1, 3)
+    regime = np.array([[1, 1, 1], [2, 1, 1], [3, 2, 1], [3, 3, -1]], dtype=np.int8)
+    ds = xr.Dataset({"regime": (("alpha", "rho"), regime)}, coords={"alpha": alpha, "rho": rho})
+    ds.attrs = {"axes": "alpha rho", "method": "sam-l2", "depth": 2, "mode": "flow"}
+    ds.attrs["mu"] = np.array([1.0, 2.0, 3.0, 4.0])
+    return ds
+
+
+def test_phase_map_and_draw_regimes(tmp_path):
+    ds = tiny_regime_dataset()
+    fig = phase_map(ds)
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["-1: failed", "1: collapse", "2: sequential", "3: direct"]
+    paths = save_figure_set(fig, tmp_path, "tiny", {"": ds})
+    assert [p.suffix for p in paths] == [".png", ".pdf", ".nc"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    xr.testing.assert_equal(xr.load_dataset(tmp_path / "tiny.nc")["regime"], ds["regime"])
+    fig, ax = plt.subplots()
+    draw_regimes(ax, ds["regime"], "alpha", "rho")
+    assert ax.get_xlabel() == r"$\alpha$"
+    plt.close("all")
+
+
+def test_dominant_codes_mark_collapse_and_missing_records():
+    dominant = np.array([[0, 2, 3, 4], [0, 1, 1, 0]])
+    norm = np.array([[1.0, 2.0, 5.0, 9.0], [1.0, 0.5, 0.0, np.nan]])
+    codes = dominant_codes(dominant, norm)
+    np.testing.assert_array_equal(codes[0], [np.nan, 2, 3, 4])
+    np.testing.assert_array_equal(codes[1], [np.nan, 1, 0, np.nan])
+
+
+def test_draw_categories_colours_each_cell():
+    colours = coordinate_colours(2)
+    fig, ax = plt.subplots()
+    values = np.array([[0, 1, 2], [2, np.nan, 1]])
+    mesh = draw_categories(ax, values, [1e-2, 1e-1, 1.0], [0.5, 5.0], colours)
+    rgba = mesh.to_rgba(mesh.get_array())
+    assert np.ma.is_masked(mesh.get_array()[1, 1])
+    np.testing.assert_allclose(rgba[0, 2][:3], plt.matplotlib.colors.to_rgb(colours[2]))
+    np.testing.assert_allclose(rgba[0, 0][:3], plt.matplotlib.colors.to_rgb(colours[0]))
+    assert ax.get_xscale() == "log"
+    leg = category_legend(ax, colours, {0: "zero", 1: "one", -9: "blank"})
+    assert [t.get_text() for t in leg.get_texts()] == ["zero", "one", "blank"]
+    plt.close(fig)
+
+
+def test_shared_runner_matches_run_sweep(tmp_path):
+    """Layer padding, batch padding and a shared program change nothing."""
+    spec = SweepSpec(
+        method="sam-l2",
+        mode="discrete",
+        depth=2,
+        axes=(parse_axis("alpha=0.2,0.5,2"), parse_axis("rho=0,1")),
+        mu=(1.0, 2.0, 3.0, 4.0),
+        eta=0.05,
+        steps=60,
+        record_every=20,
+        save_trajectories=True,
+    )
+    ref = run_sweep(spec, tmp_path / "ref.nc", progress=False)
+    ours = _engine.sweep(spec, layers=4, batch=4)
+    assert set(ours.data_vars) == set(ref.data_vars)
+    for name in ref.data_vars:
+        np.testing.assert_allclose(ours[name].values, ref[name].values, rtol=1e-12, err_msg=name)
+    # log-spaced records through the same program: the last record is the same state
+    steps = _engine.log_steps(60, n=5)
+    assert steps.tolist()[0] == 0 and steps[-1] == 60 and len(np.unique(steps)) == 5
+    again = _engine.sweep(spec, layers=4, batch=4, times=steps)
+    np.testing.assert_allclose(again["beta"].values[..., -1, :], ref["beta"].values[..., -1, :])
+    np.testing.assert_array_equal(again["step"].values, steps)
+
+
+@pytest.mark.slow
+def test_figures_cli_writes_png_pdf_nc(tmp_path, capsys):
+    assert main(["figures", "--only", "multipoint", "--quick", "--out", str(tmp_path)]) == 0
+    for suffix in ("png", "pdf"):
+        assert (tmp_path / f"multipoint.{suffix}").stat().st_size > 10_000
+    ds = xr.load_dataset(tmp_path / "multipoint_l2sam_n16.nc")
+    assert {"regime", "dominant", "beta", "X", "y"} <= set(ds.data_vars)
+    assert "[multipoint]" in capsys.readouterr().out
