@@ -37,7 +37,9 @@ from samflow.sweep import (
 
 MU = (1.0, 2.0, 3.0, 4.0)
 LAYERS = 4  # every d = 4 sweep is padded to this depth: one program serves L = 1..4
-QUICK_BATCH, FULL_BATCH = 256, 2048
+# Quick builds pad every sweep to one batch size per mode, so programs are shared;
+# full builds (long runs, compile time negligible) use the grid's own size up to FULL_BATCH.
+QUICK_BATCH, QUICK_DISCRETE_BATCH, FULL_BATCH = 256, 64, 2048
 QUICK_FLOW_RECORDS, FULL_FLOW_RECORDS = 161, 401
 DISCRETE_RECORDS = 401
 
@@ -87,22 +89,26 @@ def _program(spec: SweepSpec):
 def sweep(
     spec: SweepSpec,
     *,
+    quick: bool = True,
     layers: int | None = LAYERS,
-    batch: int = QUICK_BATCH,
+    batch: int | None = None,
     times: np.ndarray | None = None,
     overrides: dict[str, np.ndarray] | None = None,
 ) -> xr.Dataset:
     """Run ``spec`` and return the Dataset :func:`samflow.sweep.run_sweep` would write.
 
+    ``quick``: quick-build batch sizes (shared programs) or full-build ones;
     ``layers``: pad parameters to this many layers (None: the spec's own depth);
-    ``batch``: points per program call; ``times``: record times (flow: ``tau``,
-    starting at 0; discrete: step indices, starting at 0) replacing the spec's own,
-    for instance log-spaced steps; ``overrides``: per-point inputs replacing those the
-    grid gives (``theta0`` ``[size, L, d]``, ``rho`` ``[size]``, grid points in C order).
+    ``batch``: points per program call (default: :func:`batch_size`); ``times``: record
+    times (flow: ``tau``, starting at 0; discrete: step indices, starting at 0) replacing
+    the spec's own, for instance log-spaced steps; ``overrides``: per-point inputs
+    replacing those the grid gives (``theta0`` ``[size, L, d]``, ``rho`` ``[size]``, grid
+    points in C order).
     """
     check_rates(spec.method, spec.rho if spec.method != "gd" else None, spec.eta)
     check_axes(list(spec.axes), spec.mode)
     fn = _program(spec)
+    batch = batch_size(quick, spec) if batch is None else batch
     n_layers = spec.n_layers if layers is None else layers
     if n_layers < spec.n_layers:
         raise ValueError(f"layers = {n_layers} is below the sweep's depth {spec.n_layers}")
@@ -157,8 +163,10 @@ def log_steps(steps: int, n: int = DISCRETE_RECORDS) -> np.ndarray:
     return np.concatenate([[0], ticks[: n - 1]]).astype(np.int64)
 
 
-def batch_size(quick: bool) -> int:
-    return QUICK_BATCH if quick else FULL_BATCH
+def batch_size(quick: bool, spec: SweepSpec) -> int:
+    if not quick:
+        return min(FULL_BATCH, spec.size)
+    return QUICK_DISCRETE_BATCH if spec.mode == "discrete" else QUICK_BATCH
 
 
 def relative_times(n: int, delta: float = 1e-5) -> np.ndarray:
@@ -209,8 +217,8 @@ def up_to_blowup(
     theta0 = np.where(rows, theta0 * c[:, None, None], 1.0)
     rerun = sweep(
         spec,
+        quick=quick,
         layers=layers,
-        batch=batch_size(quick),
         times=T * relative_times(QUICK_FLOW_RECORDS if quick else FULL_FLOW_RECORDS, delta),
         overrides={"theta0": theta0, "rho": inputs["rho"] * c},
     )

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, batch_size, flow_times, sweep, up_to_blowup
+from _engine import MU, flow_times, sweep, up_to_blowup
 
 from samflow.plotting import (
     category_legend,
@@ -44,7 +44,7 @@ def run(quick: bool) -> dict:
     spec = SweepSpec(
         method="sam-l2", mode="flow", depth=2, axes=axes, rho=RHO, mu=MU, tau_max=TAU_MAX
     )
-    ds = sweep(spec, batch=batch_size(quick), times=flow_times(TAU_MAX, quick, tau_min=1e-3))
+    ds = sweep(spec, quick=quick, times=flow_times(TAU_MAX, quick, tau_min=1e-3))
     near, blew = up_to_blowup(spec, ds, quick)
     return {"": ds, "blowup": near, "blew": blew}
 

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, batch_size, log_steps, sweep
+from _engine import MU, log_steps, sweep
 
 from samflow.plotting import OKABE_ITO, mu_label, save_figure_set
 from samflow.sweep import SweepSpec, parse_axis
@@ -57,7 +57,7 @@ def run(quick: bool) -> dict:
             steps=steps,
             save_trajectories=True,
         )
-        ds = sweep(spec, batch=batch_size(quick), times=log_steps(steps))
+        ds = sweep(spec, quick=quick, times=log_steps(steps))
         out[label] = ds.squeeze([f"alpha_{j + 1}" for j in range(4)])
     return out
 

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.ticker import NullFormatter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import DISCRETE_RECORDS, MU, batch_size, flow_times, sweep
+from _engine import DISCRETE_RECORDS, MU, flow_times, sweep
 
 from samflow.plotting import OKABE_ITO, coord_style, mu_label, save_figure_set
 from samflow.sweep import SweepSpec, parse_axis
@@ -50,8 +50,7 @@ def run(quick: bool) -> dict:
     )
     times = flow_times(TAU_SHOW, quick, tau_min=1e-3)
     times[np.argmin(np.abs(times - TAU_AT))] = TAU_AT  # a record exactly at tau = 0.5
-    batch = batch_size(quick)
-    return {"discrete": sweep(disc, batch=batch), "flow": sweep(flow, batch=batch, times=times)}
+    return {"discrete": sweep(disc, quick=quick), "flow": sweep(flow, quick=quick, times=times)}
 
 
 def errors(disc, flow) -> np.ndarray:

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import batch_size, flow_times, sweep, up_to_blowup
+from _engine import flow_times, sweep, up_to_blowup
 
 from samflow.plotting import (
     OKABE_ITO,
@@ -67,7 +67,7 @@ def run(quick: bool) -> dict:
     spec = SweepSpec(
         method="sam-linf", mode="flow", depth=2, axes=axes, rho=RHO, mu=MU2, tau_max=TAU_MAX
     )
-    ds = sweep(spec, layers=None, batch=batch_size(quick), times=flow_times(TAU_MAX, quick, 1e-3))
+    ds = sweep(spec, layers=None, quick=quick, times=flow_times(TAU_MAX, quick, 1e-3))
     near, blew = up_to_blowup(spec, ds, quick, layers=None)
     return {"": ds, "blowup": near, "blew": blew}
 

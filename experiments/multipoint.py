@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import batch_size, log_steps, sweep
+from _engine import log_steps, sweep
 
 from samflow.plotting import (
     REGIME_COLOURS,
@@ -64,7 +64,7 @@ def run(quick: bool) -> dict:
                 data=data,
                 save_trajectories=True,
             )
-            ds = sweep(spec, batch=batch_size(quick), times=log_steps(steps))
+            ds = sweep(spec, quick=quick, times=log_steps(steps))
             ds["X"] = (("point", "coord"), X, {"long_name": "inputs x_i"})
             ds["y"] = ("point", y, {"long_name": "labels y_i"})
             out[f"{key}_n{n}"] = ds

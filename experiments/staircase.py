@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, batch_size, flow_times, sweep
+from _engine import MU, flow_times, sweep
 
 from samflow.plotting import (
     REGIME_COLOURS,
@@ -45,7 +45,7 @@ def run(quick: bool) -> dict:
         spec = SweepSpec(
             method="sam-l2", mode="flow", depth=2, axes=axes, rho=rho, mu=MU, tau_max=TAU_MAX
         )
-        ds = sweep(spec, batch=batch_size(quick), times=times)
+        ds = sweep(spec, quick=quick, times=times)
         if rho == 0.0:
             ds.attrs["note"] = "GD: the sam-l2 flow with rho = 0 (eps is scaled by rho)"
         out[key] = ds

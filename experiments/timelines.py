@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, batch_size, flow_times, sweep
+from _engine import MU, flow_times, sweep
 
 from samflow.plotting import REGIME_NAMES, coord_style, mu_label, save_figure_set
 from samflow.sweep import SweepSpec, parse_axis
@@ -36,7 +36,7 @@ def run(quick: bool):
         tau_max=TAU_MAX,
         save_trajectories=True,
     )
-    return sweep(spec, batch=batch_size(quick), times=flow_times(TAU_MAX, quick, tau_min=1e-3))
+    return sweep(spec, quick=quick, times=flow_times(TAU_MAX, quick, tau_min=1e-3))
 
 
 def draw(ds):

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, batch_size, flow_times, sweep
+from _engine import MU, flow_times, sweep
 
 from samflow.plotting import (
     category_legend,
@@ -48,7 +48,7 @@ def run(quick: bool) -> dict:
         spec = SweepSpec(
             method=method, mode="flow", depth=2, axes=axes, rho=1.0, mu=MU, tau_max=TAU_MAX
         )
-        out[key] = sweep(spec, batch=batch_size(quick), times=times)
+        out[key] = sweep(spec, quick=quick, times=times)
     return out
 
 
