@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 
 from samflow.cli import main
+from samflow.images import results, train
 
 
 @pytest.fixture
@@ -93,11 +94,19 @@ def test_tiny_run_writes_file_and_figure(mnist_dir, tmp_path, capsys):
         share = ds["background_share"].values
         assert np.all((share >= 0) & (share <= 1))
 
-    single = tmp_path / "gd.nc"
-    argv = [*argv[:4], "gd", *argv[5:-4], "--out", str(single)]
-    assert main(argv) == 0
-    with xr.open_dataset(single) as ds:
-        assert ds["background_share"].dims == ("seed",)
-        assert ds["saliency_background_share"].dims == ("seed",)
-        assert ds["test_accuracy"].dims == ("seed",)
-        assert ds.attrs["method"] == "gd"
+
+def test_single_method_file_has_seed_dims(tmp_path):
+    history = train.Metrics(*(np.full((3, 2), 0.5, np.float32) for _ in train.Metrics._fields))
+    run = train.RunResult(
+        "gd", np.arange(3), np.array([0, 5]), history, np.zeros((1, 4, 4)), np.zeros((1, 4, 4)), 1.0
+    )
+    examples = {"image": np.zeros((1, 4, 4, 1)), "label": np.ones(1)}
+    path = results.write_atomic(
+        results.build_dataset([run], examples, {"rho": 0.1}), tmp_path / "g.nc"
+    )
+    with xr.open_dataset(path) as ds:
+        for name in ("background_share", "saliency_background_share", "test_accuracy"):
+            assert ds[name].dims == ("seed",)
+        assert ds["loss"].dims == ("seed", "record")
+        assert ds.attrs["method"] == "gd" and ds.attrs["rho"] == 0.1
+    assert [p.name for p in tmp_path.iterdir()] == ["g.nc"]

@@ -73,13 +73,20 @@ def test_diagonal_gradient_matches_autodiff():
     def loss(t):
         return models.logistic_loss(y * jax.vmap(lambda xi: clf.logit(t, xi))(x))
 
-    grads, aux = clf.grad_and_aux(theta, x, y)
-    np.testing.assert_allclose(grads, jax.grad(loss)(theta), rtol=1e-5, atol=1e-7)
-    np.testing.assert_allclose(aux.loss, loss(theta), rtol=1e-6)
+    @jax.jit
+    def both(t):
+        return (
+            clf.grad_and_aux(t, x, y),
+            jax.grad(loss)(t),
+            loss(t),
+            attribution.saliency(clf, t, x[0]),
+        )
+
+    (grads, aux), reference, value, saliency = both(theta)
+    np.testing.assert_allclose(grads, reference, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(aux.loss, value, rtol=1e-6)
     # Saliency of a linear model is |beta| = |w1 * w2| at every image.
-    np.testing.assert_allclose(
-        attribution.saliency(clf, theta, x[0]), jnp.abs(theta[0] * theta[1]).reshape(4, 4)
-    )
+    np.testing.assert_allclose(saliency, jnp.abs(theta[0] * theta[1]).reshape(4, 4))
 
 
 def _planted_patch_task(n: int = 96, size: int = 12) -> BinaryTask:

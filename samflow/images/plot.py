@@ -26,7 +26,7 @@ COLUMNS = (("gd", "GD"), ("sam-l2", "l2-SAM"))
 def _share_text(ds: xr.Dataset, method: str) -> str:
     share = ds["background_share"].sel(optimizer=method).values
     sd = np.std(share, ddof=min(1, share.size - 1))
-    return f"background share {np.mean(share):.2f} ± {sd:.2f} (n={share.size} seeds)"
+    return f"background share\n{np.mean(share):.2f} ± {sd:.2f}"
 
 
 def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int = 6) -> list[Path]:
@@ -65,10 +65,12 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
     for ax in axes.ravel():
         ax.set_xticks([])
         ax.set_yticks([])
+    n_seeds = ds.sizes["seed"]
     fig.suptitle(
-        f"{ds.attrs.get('dataset', '')} {'/'.join(classes)}, alpha={ds.attrs.get('alpha')}, "
-        f"rho={ds.attrs.get('rho')}, {ds.attrs.get('steps')} steps; cyan: background edge "
-        f"(brightness < {threshold:g})",
+        f"{ds.attrs.get('dataset', '')} {' vs '.join(classes)}: alpha={ds.attrs.get('alpha')}, "
+        f"rho={ds.attrs.get('rho')}, {ds.attrs.get('steps')} steps\n"
+        f"Grad-CAM of seed 0 (background share: mean ± sd over {n_seeds} seeds)\n"
+        f"cyan line: edge of the background (brightness < {threshold:g})",
         fontsize=8,
     )
     fig.colorbar(heat, ax=axes[:, 1:], shrink=0.6, label="Grad-CAM / its maximum")
