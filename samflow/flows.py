@@ -113,8 +113,11 @@ class FlowSolution(NamedTuple):
         blowup: scalar bool, True when the upper norm event ended the solve.
         collapsed: scalar bool, True when beta reached 0 (the lower norm event).
         valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
-            after a collapse).
+            after a collapse). Records the solver reached before a failure stay valid:
+            the failure is flagged, the accepted part of the trajectory kept.
         failed: scalar bool, True when the solver failed (max_steps, non-finite state).
+        beta_end: ``[d]`` predictor where the solve ended (at a blow-up: the state
+            at the event, which decides the blow-up race better than the last record).
     """
 
     tau: Array
@@ -126,6 +129,7 @@ class FlowSolution(NamedTuple):
     collapsed: Array
     valid: Array
     failed: Array
+    beta_end: Array
 
 
 def choose_formulation(problem: Problem, theta0: np.ndarray, depth: int, method: str) -> str:
@@ -237,8 +241,10 @@ def integrate(
         level = log_beta_max(y)
         return jnp.minimum(high - level, level - low)
 
-    root_tol = float(np.sqrt(np.finfo(dtype).eps))
-    event = diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=root_tol, atol=root_tol))
+    # No root-find: near a singularity the interpolant is too steep for Newton to
+    # converge, and the adaptive steps there are already tiny, so the end of the step
+    # in which the level is crossed locates the event to well within 1e-6 relative.
+    event = diffrax.Event(cond_fn)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)])
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
@@ -263,8 +269,8 @@ def integrate(
     blowup = event & ~collapsed
     ok = (sol.result == diffrax.RESULTS.successful) | event
     failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
-    valid = (save_tau <= t_end) & ~failed
     theta = _to_theta(ys, form, n_layers, depth)
+    valid = (save_tau <= t_end) & jnp.all(jnp.isfinite(theta), axis=(-2, -1))
     zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
     after = jnp.where(collapsed & ~failed, zero, jnp.nan)
     theta = jnp.where(valid[:, None, None], theta, after)
@@ -280,6 +286,7 @@ def integrate(
         collapsed=collapsed,
         valid=valid | (collapsed & ~failed),
         failed=failed,
+        beta_end=beta(_to_theta(y_end, form, n_layers, depth)),
     )
 
 

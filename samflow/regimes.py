@@ -65,11 +65,16 @@ def classify(
     failed: Array | bool = False,
     collapse_factor: float = 1e-3,
     converged_rtol: float = 1e-9,
+    beta_end: Array | None = None,
+    ended_at_blowup: Array | bool = False,
 ) -> Classification:
     """Classify one trajectory ``beta`` ``[T, d]`` recorded at increasing times.
 
     ``valid`` ``[T]`` marks the records inside the horizon reached (default: the
     finite ones); ``failed`` flags a numerical failure found elsewhere (solver).
+    When the run ended at a finite-time blow-up (``ended_at_blowup``), the limit
+    coordinate is read from ``beta_end`` ``[d]``, the state at the blow-up event:
+    the leader at the last record can still lose the race.
     """
     T, d = beta.shape
     finite = jnp.all(jnp.isfinite(beta), axis=-1)
@@ -98,6 +103,9 @@ def classify(
         [LIMIT_COLLAPSED, LIMIT_FINITE, 0],
         D[horizon],
     )
+    if beta_end is not None:
+        racing = jnp.asarray(ended_at_blowup) & (regime != FAILED) & (regime != COLLAPSE)
+        limit = jnp.where(racing, dominant(beta_end), limit)
     first = jnp.where(jnp.any(later), D[jnp.argmax(later)], 0)
     return Classification(
         regime=regime.astype(jnp.int8),
@@ -116,6 +124,8 @@ def summarize(
     failed: Array | bool = False,
     collapse_factor: float = 1e-3,
     plateau_fraction: float = 0.5,
+    beta_end: Array | None = None,
+    ended_at_blowup: Array | bool = False,
 ) -> dict[str, Array]:
     """Per-trajectory summaries a sweep keeps (``beta`` ``[T, d]``, the rest ``[T]``).
 
@@ -130,9 +140,18 @@ def summarize(
     - ``plateau_end_tau``: first recorded tau at which the loss falls to
       ``plateau_fraction`` times its initial value (NaN if never: a plateau that
       outlasts the horizon).
+
+    ``beta_end`` and ``ended_at_blowup`` are passed on to :func:`classify`.
     """
     T, d = beta.shape
-    c = classify(beta, valid, failed, collapse_factor)
+    c = classify(
+        beta,
+        valid,
+        failed,
+        collapse_factor,
+        beta_end=beta_end,
+        ended_at_blowup=ended_at_blowup,
+    )
     later = c.dominant > 0
     norm = jnp.sum(jnp.abs(beta), axis=-1)
     hit = later[:, None] & (c.dominant[:, None] == jnp.arange(1, d + 1)[None, :])

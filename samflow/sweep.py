@@ -163,6 +163,7 @@ class SweepSpec:
     alpha_range: tuple[float, float] = (0.05, 5.0)
     collapse_factor: float = 1e-3
     plateau_fraction: float = 0.5
+    solver: str = "tsit5"
     rtol: float = 1e-6
     atol: float = 1e-9
     max_steps: int = 20_000
@@ -351,6 +352,7 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
         spec.method,
         spec.mode,
         flow_formulation(spec) if spec.mode == "flow" else None,
+        spec.solver,
         spec.rtol,
         spec.atol,
         spec.max_steps,
@@ -366,6 +368,7 @@ def _chunk_fn(
     method: str,
     mode: str,
     formulation: str | None,
+    solver: str,
     rtol: float,
     atol: float,
     max_steps: int,
@@ -379,6 +382,7 @@ def _chunk_fn(
         return _discrete_chunk_fn(rule, collapse_factor, plateau_fraction, keep)
     config = FlowConfig(
         formulation=formulation,
+        solver=solver,
         rtol=rtol,
         atol=atol,
         max_steps=max_steps,
@@ -396,6 +400,8 @@ def _chunk_fn(
             sol.failed,
             collapse_factor,
             plateau_fraction,
+            beta_end=sol.beta_end,
+            ended_at_blowup=sol.blowup & (depth >= 3),
         )
         out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
         out["stop_tau"] = sol.stop_tau
@@ -404,6 +410,24 @@ def _chunk_fn(
         return out
 
     return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, 0, 0, None)))
+
+
+def use_cpu_cores() -> bool:
+    """Make each CPU core a JAX device, so that sweeps shard over every core.
+
+    XLA runs one CPU device's program on one thread; the chunks of a sweep are split
+    over the devices, so without this a sweep uses a single core. Acts only before JAX
+    has started and when no device count was chosen (``jax_num_cpu_devices`` or
+    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``); returns whether it did.
+    """
+    chosen = "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
+    if chosen or jax.config.jax_num_cpu_devices >= 0:
+        return False
+    try:
+        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
+    except RuntimeError:  # JAX has started: its devices stay as they are
+        return False
+    return True
 
 
 def _mesh() -> Mesh:

@@ -72,7 +72,11 @@ def trajectory(
     else:
         raise ValueError(f"unknown mode {mode!r}")
     with precision("float64"):
-        c = classify(run.beta, valid, failed, collapse_factor)
+        at_blowup = mode == "flow" and bool(run.blowup) and depth >= 3
+        end = run.beta_end if mode == "flow" else None
+        c = classify(
+            run.beta, valid, failed, collapse_factor, beta_end=end, ended_at_blowup=at_blowup
+        )
         c = type(c)(*(np.asarray(v) for v in c))
     coords = {"time": np.arange(len(run.tau)), "coord": np.arange(1, d + 1)}
     coords["layer"] = np.arange(1, depth + 1)

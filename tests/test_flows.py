@@ -140,3 +140,24 @@ def test_alpha_bounds_bracket_the_measured_regimes():
     lo, hi = theory.l2sam_l2_alpha_bounds(MU, 1.0)
     assert int(_classified("sam-l2", 0.9 * lo).regime) == COLLAPSE
     assert int(_classified("sam-l2", 1.1 * hi).regime) == DIRECT
+
+
+def test_solver_failure_is_flagged_and_keeps_the_accepted_records():
+    taus = save_times(5.0, 20)
+    sol = solve_flow(P, balanced(0.5, 4, 2), 2, "sam-l2", 1.0, taus, max_steps=8)
+    assert sol.failed and not sol.blowup
+    assert 0 < sol.stop_tau < 5.0
+    assert np.all(sol.valid == (taus <= sol.stop_tau))
+    assert np.all(np.isfinite(sol.beta[sol.valid]))
+    with precision("float64"):
+        assert int(classify(sol.beta, sol.valid, sol.failed).regime) == -1
+
+
+def test_blowup_limit_is_read_at_the_event():
+    alpha = np.array([0.9, 0.8, 0.7, 0.55])  # GD, L = 3: tau_j* = 1 / (alpha_j mu_j)
+    sol = solve_flow(P, balanced(alpha, 4, 3), 3, "gd", None, save_times(5.0, 10))
+    expected = int(np.argmin(theory.blowup_tau(alpha, MU, 3))) + 1
+    assert sol.blowup and int(np.argmax(np.abs(sol.beta_end))) + 1 == expected
+    with precision("float64"):
+        c = classify(sol.beta, sol.valid, sol.failed, beta_end=sol.beta_end, ended_at_blowup=True)
+    assert int(c.limit_coord) == expected

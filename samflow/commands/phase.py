@@ -92,6 +92,10 @@ def spec_from_args(args: argparse.Namespace):
         if min(mu_axis.values) < 0 or max(mu_axis.values) >= len(mus):
             raise InputError(f"axis mu indexes rows 0..{len(mus) - 1} of {args.mu_file}")
         mu_set = tuple(map(tuple, mus.tolist()))
+    from samflow.flows import SOLVERS
+
+    if args.solver not in SOLVERS:
+        raise InputError(f"unknown solver {args.solver!r}; choose from {', '.join(SOLVERS)}")
     one_point = problem.X.shape[0] == 1 and args.data is None
     return SweepSpec(
         method=args.method,
@@ -110,6 +114,7 @@ def spec_from_args(args: argparse.Namespace):
         alpha_range=(float(lo), float(hi)),
         collapse_factor=args.collapse_factor,
         plateau_fraction=args.plateau_fraction,
+        solver=args.solver,
         rtol=args.rtol,
         atol=args.atol,
         max_steps=args.max_steps,
