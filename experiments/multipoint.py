@@ -85,7 +85,7 @@ def draw(datasets: dict):
         3,
         figsize=(12.5, 4.4 * len(ns)),
         squeeze=False,
-        gridspec_kw={"width_ratios": [3, 0.2, 3]},
+        gridspec_kw={"width_ratios": [3, 0.2, 3], "hspace": 0.35},
     )
     colours = {**coordinate_colours(len(SCALES)), TIE: "white"}
     regimes = set()
@@ -138,6 +138,7 @@ def draw(datasets: dict):
         "Many points: discrete l2-SAM vs GD on random separable data, "
         f"eta = {ETA:g}, features of scales {mu_label(SCALES)}",
         fontsize=11,
+        y=0.93 if len(ns) > 1 else 1.02,
     )
     return fig
 
