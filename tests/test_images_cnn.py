@@ -89,7 +89,7 @@ def test_diagonal_gradient_matches_autodiff():
     np.testing.assert_allclose(saliency, jnp.abs(theta[0] * theta[1]).reshape(4, 4))
 
 
-def _planted_patch_task(n: int = 96, size: int = 12) -> BinaryTask:
+def _planted_patch_task(n: int = 48, size: int = 12) -> BinaryTask:
     """Weak noise everywhere; a 4x4 patch in the top-left corner holds +1 or -1: the label."""
     rng = np.random.default_rng(0)
     x = rng.normal(0.0, 0.1, size=(n, 1, size, size)).astype(np.float32)
