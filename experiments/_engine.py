@@ -189,8 +189,8 @@ def up_to_blowup(
     The flows of l2- and linf-SAM (and GD) with balanced initialisation are invariant
     under ``(u, rho) -> (c u, c rho)`` with ``tau -> c^(2-L) tau`` (derived here: ``eps``
     does not change and the field scales as ``c^(L-1)``). Each point that blew up at
-    ``tau*`` (``blowup_tau``, or ``stop_tau`` where the event's root-find failed and the
-    first run kept no record) is rerun from ``c alpha`` with ``c rho``, ``c = (tau* /
+    ``tau*`` (``blowup_tau``, or ``stop_tau`` where the solver failed at the
+    blow-up) is rerun from ``c alpha`` with ``c rho``, ``c = (tau* /
     T)^(1/(L-2)) <= 1``, ``T`` the largest ``tau*``: all blow-ups then sit at ``T``, and
     one shared record grid in ``tau / tau*`` ends at ``1 - delta``, before the event
     (``c <= 1`` shrinks beta, so the norm event, which is not scale invariant, comes

@@ -53,8 +53,9 @@ def combined_codes(ds, near, blew) -> tuple[np.ndarray, np.ndarray]:
     """Dominant codes ``[alpha, depth, time]`` on the absolute tau grid, and the winner.
 
     Rows that blew up take their records from the rerun, looked up at ``tau / tau*``
-    (nearest earlier relative record): a failed event root-find in the first run
-    discards all its records, the rerun ends before the event.
+    (nearest earlier relative record): the rerun ends before the event, so every
+    record up to ``(1 - 1e-5) tau*`` holds a solution even if the first run's event
+    failed (engines before c60b150 then dropped all of its records).
     """
     codes = dominant_codes(ds["dominant"].values, ds["beta_norm"].values)
     rel_codes = dominant_codes(near["dominant"].values, near["beta_norm"].values)
