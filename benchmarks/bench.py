@@ -36,14 +36,6 @@ MU4 = (1.0, 2.0, 3.0, 4.0)
 ETA = 0.01
 
 
-def use_cpu_cores() -> None:
-    """One JAX CPU device per core, so that sweeps shard over all cores (before JAX starts)."""
-    import jax
-
-    if jax.config.jax_num_cpu_devices < 0:
-        jax.config.update("jax_num_cpu_devices", os.cpu_count() or 1)
-
-
 # ------------------------------------------------------------------ the engine
 def l2_spec(points: int, depth: int, d: int, steps: int, dtype: str):
     """l2-SAM over a square (alpha, rho) grid of about ``points`` points, balanced init."""
@@ -90,11 +82,11 @@ def engine_runner(spec, chunk: int = 16384):
     """``() -> None``: the whole grid through ``run_chunk``, chunk by chunk."""
     import jax
 
-    from samflow.sweep import chunk_plan, chunk_tile, make_chunk_fn, run_chunk
+    from samflow.sweep import chunk_plan, make_chunk_fn, run_chunk
 
     n_dev = len(jax.devices())
     fn = make_chunk_fn(spec)
-    size, blocks = chunk_plan(spec.size, chunk, n_dev, chunk_tile(spec, chunk, n_dev))
+    size, blocks = chunk_plan(spec.size, chunk, n_dev)
 
     def run():
         return [run_chunk(spec, fn, flat, size) for flat in blocks]
@@ -115,6 +107,19 @@ def timed(fn, repeats: int) -> dict:
         runs.append(time.perf_counter() - start)
     median = float(np.median(runs))
     return {"seconds": median, "runs": runs, "warmup_extra": max(0.0, first - median)}
+
+
+def calibrated_steps(run_steps, seconds: float) -> int:
+    """Steps that make one run of ``run_steps(steps)`` last about ``seconds`` (>= 2).
+
+    Baselines whose cost per step is constant are timed over this many steps of the full
+    grid instead of all of them, to keep the bench short; the rate is unchanged.
+    """
+    run_steps(1)
+    start = time.perf_counter()
+    run_steps(2)
+    per_step = (time.perf_counter() - start) / 2
+    return max(2, round(seconds / per_step))
 
 
 def record(rows, case, impl, dtype, t, work, unit="coordinate-steps/s", note="", compile_=True):
@@ -149,32 +154,15 @@ def discrete_case(rows, case, points, depth, d, steps, dtypes, args, baselines=T
         if not baselines:
             continue
         inputs = bl.grid_inputs(spec.size, depth, d, np.dtype(dtype))
-        n = args.numpy_steps
-        t = timed(partial(bl.numpy_run, inputs, ETA, n), args.repeats)
-        record(
-            rows,
-            case,
-            "NumPy batched",
-            dtype,
-            t,
-            spec.size * d * n,
-            note=f"{n} steps",
-            compile_=False,
-        )
+        impls = [("NumPy batched", bl.numpy_run)]
         if bl.torch_available():
-            t = timed(partial(bl.torch_run, inputs, ETA, n), args.repeats)
-            record(
-                rows,
-                case,
-                "PyTorch batched (CPU)",
-                dtype,
-                t,
-                spec.size * d * n,
-                note=f"{n} steps",
-                compile_=False,
-            )
+            impls.append(("PyTorch batched (CPU)", bl.torch_run))
         else:
-            print("  PyTorch not installed: torch baseline skipped (pip install '.[bench]')")
+            print("  PyTorch not installed: torch baseline skipped (pip install -e '.[bench]')")
+        for name, run in impls:
+            n = calibrated_steps(partial(run, inputs, ETA), args.baseline_seconds)
+            t = timed(partial(run, inputs, ETA, n), args.repeats)
+            record(rows, case, name, dtype, t, spec.size * d * n, note=f"{n} steps", compile_=False)
         k = args.optax_traj
         t = timed(partial(bl.optax_loop, inputs, ETA, steps, k), args.repeats)
         record(
@@ -382,11 +370,13 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
-    use_cpu_cores()
+    from samflow.sweep import use_cpu_cores
+
+    use_cpu_cores()  # as the command line does
     full = not args.quick
     args.points = 65536 if full else 4096
     args.steps = 2000 if full else 200
-    args.numpy_steps = 100 if full else 20
+    args.baseline_seconds = 1.0 if full else 0.1
     args.optax_traj = 8 if full else 2
     args.flow_points = 4096 if full else 256
     args.scipy_traj = 64 if full else 8
@@ -446,8 +436,8 @@ def main(argv=None) -> int:
     results["notes"] = [
         f"Discrete grids: square (alpha, rho) grids, balanced init, eta = {ETA}, mu = 1..d; "
         "rate = points x d x steps / s.",
-        f"NumPy and PyTorch run the same grid for {args.numpy_steps} steps (their cost per "
-        "step is constant); the optax loop times "
+        "NumPy and PyTorch run the same grid for as many steps as take about "
+        f"{args.baseline_seconds:g} s (their cost per step is constant); the optax loop times "
         f"{args.optax_traj} trajectories of the full length and extrapolates.",
         "Roofline: hand-fused C of the balanced L = 2 l2-SAM update (state u only, half "
         "the arithmetic of the general L-layer step the engine runs), gcc -O3 "

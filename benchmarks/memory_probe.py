@@ -21,7 +21,8 @@ def vm_hwm_bytes() -> int:
 
 def main() -> None:
     points, steps, dtype, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    from benchmarks.bench import engine_runner, l2_spec, use_cpu_cores
+    from benchmarks.bench import engine_runner, l2_spec
+    from samflow.sweep import use_cpu_cores
 
     use_cpu_cores()
     spec = l2_spec(points, depth=2, d=4, steps=steps, dtype=dtype)

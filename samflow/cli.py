@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from samflow.sweep import use_cpu_cores
+
+    use_cpu_cores()  # the command line owns its process: one JAX device per core
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -58,7 +58,7 @@ from samflow.io import base_attrs, regime_attrs, write_dataset
 from samflow.model import Problem
 from samflow.precision import precision
 from samflow.regimes import summarize
-from samflow.steps import PerturbationRule, get_rule
+from samflow.steps import get_rule
 
 FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
 INTEGER_AXES = ("depth", "seed", "mu")
@@ -256,81 +256,66 @@ def flow_formulation(spec: SweepSpec) -> str:
 TILE_BYTES = 16 * 2**10
 """Discrete sweeps run in tiles whose state ``[L_max, d, T]`` takes about this many bytes,
 so that it stays in the core's cache for all the steps of the run."""
+FLOW_TILE_POINTS = 256
+"""Flow sweeps solve this many trajectories in lockstep (one vmapped solve): fewer waste
+steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
 UNROLL = 4
 """Steps per iteration of the inner step loop of discrete sweeps (less loop overhead)."""
 
 
-def tile_points(n_points: int, n_layers: int, d: int, dtype, n_devices: int) -> int:
-    """Grid points per tile of a discrete chunk of ``n_points`` on ``n_devices``.
+def tile_points(mode: str, n_points: int, n_layers: int, d: int, dtype, n_devices: int) -> int:
+    """Grid points per tile for a chunk of ``n_points`` on ``n_devices``.
 
-    The tile's state fits :data:`TILE_BYTES`; a small chunk gets one tile per device
-    (a multiple of 8, the vector width, so no tile ends in a scalar remainder).
+    Discrete: the tile's state fits :data:`TILE_BYTES`; flows: :data:`FLOW_TILE_POINTS`.
+    A small chunk gets one tile per device. Always a multiple of 8, the vector width, so
+    that no tile ends in a scalar remainder.
     """
-    per_point = n_layers * d * np.dtype(dtype).itemsize
-    fit = max(8, TILE_BYTES // per_point // 8 * 8)
+    if mode == "discrete":
+        per_point = n_layers * d * np.dtype(dtype).itemsize
+        fit = max(8, TILE_BYTES // per_point // 8 * 8)
+    else:
+        fit = FLOW_TILE_POINTS
     share = -(-n_points // n_devices)
     return min(fit, -(-share // 8) * 8)
 
 
-def _discrete_chunk_fn(
-    rule: PerturbationRule, collapse_factor: float, plateau_fraction: float, keep: bool
-) -> Callable:
-    """``inputs -> summaries`` of a discrete sweep, run batch-last in cache-sized tiles.
+def _tiled(tile_fn: Callable, mode: str) -> Callable:
+    """The jitted chunk program around ``tile_fn``, which runs one tile of points.
 
-    The chunk's points are cut into tiles of :func:`tile_points` points, the tiles are
-    spread over the devices (``shard_map``), and each device runs its tiles one after
-    another; inside a tile every array has the tile as its last axis (the batch-last
-    layout of :mod:`samflow.model`), so a step is a few fused loops over cached data.
+    The chunk's points are cut into tiles of :func:`tile_points` points (the last padded
+    with copies of the last point), the tiles are spread over the devices
+    (``shard_map``), and each device runs its tiles one after another (``lax.map``), so
+    a tile's data stay in cache. Discrete tiles are batch-last: ``tile_fn`` gets
+    ``theta0`` ``[L_max, d, T]``, ``X`` ``[n, d, T]``, ``depth``, ``rho``, ``eta`` ``[T]``
+    (an input shared by every point arrives with a batch axis of 1); flow tiles put the
+    points first. Either way ``tile_fn(..., y, times)`` returns ``[T, ...]`` summaries.
     """
-
-    def tile(theta0, X, depth, rho, eta, y, times):
-        """One tile: ``theta0`` ``[L_max, d, T]``, ``X`` ``[n, d, T]``, the rest ``[T]``."""
-        traj = simulate(
-            theta0, Problem(X, y[:, None]), depth, rho, eta, times, rule=rule, unroll=UNROLL
-        )
-
-        def one(beta, tau, loss, failed_step):
-            out = summarize(
-                beta,
-                tau,
-                loss,
-                jnp.ones(times.shape, bool),
-                failed_step >= 0,
-                collapse_factor,
-                plateau_fraction,
-            )
-            out["failed_step"] = failed_step
-            out["rescaled_tau"] = tau
-            if keep:
-                out["beta"] = beta
-            return out
-
-        return jax.vmap(one, in_axes=(2, 1, 1, 0))(traj.beta, traj.tau, traj.loss, traj.failed_step)
-
     mesh = _mesh()
     n_dev = mesh.size
+    batch_last = mode == "discrete"
 
     def run_tiles(theta0, X, depth, rho, eta, y, times):
-        return lax.map(lambda a: tile(*a, y, times), (theta0, X, depth, rho, eta))
+        return lax.map(lambda a: tile_fn(*a, y, times), (theta0, X, depth, rho, eta))
 
     sharded = jax.shard_map(
         run_tiles,
         mesh=mesh,
         in_specs=(*(PartitionSpec("grid"),) * 5, PartitionSpec(), PartitionSpec()),
         out_specs=PartitionSpec("grid"),
+        check_vma=False,  # diffrax's solver state mixes per-device and shared values
     )
 
     def chunk(theta0, X, y, depth, rho, eta, times):
         C, n_layers, d = theta0.shape
-        T = tile_points(C, n_layers, d, theta0.dtype, n_dev)
+        T = tile_points(mode, C, n_layers, d, theta0.dtype, n_dev)
         n_tiles = -(-C // (n_dev * T)) * n_dev
 
-        def to_tiles(a):  # [C, *s] -> [n_tiles, *s, T], padded with the last point
+        def to_tiles(a):  # [C, *s] -> [n_tiles, *s, T] (batch-last) or [n_tiles, T, *s]
             if a.shape[0] == 1:  # shared by every point: one batch entry that broadcasts
                 return jnp.broadcast_to(jnp.moveaxis(a, 0, -1), (n_tiles, *a.shape[1:], 1))
             pad = jnp.broadcast_to(a[-1:], (n_tiles * T - C, *a.shape[1:]))
             a = jnp.concatenate([a, pad]).reshape(n_tiles, T, *a.shape[1:])
-            return jnp.moveaxis(a, 1, -1)
+            return jnp.moveaxis(a, 1, -1) if batch_last else a
 
         out = sharded(*map(to_tiles, (theta0, X, depth, rho, eta)), y, times)
         return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
@@ -352,7 +337,6 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
         spec.method,
         spec.mode,
         flow_formulation(spec) if spec.mode == "flow" else None,
-        spec.solver,
         spec.rtol,
         spec.atol,
         spec.max_steps,
@@ -368,7 +352,6 @@ def _chunk_fn(
     method: str,
     mode: str,
     formulation: str | None,
-    solver: str,
     rtol: float,
     atol: float,
     max_steps: int,
@@ -378,11 +361,34 @@ def _chunk_fn(
     keep: bool,
 ) -> Callable:
     rule = get_rule(method)
+
+    def summaries(beta, tau, loss, valid, failed):
+        return summarize(beta, tau, loss, valid, failed, collapse_factor, plateau_fraction)
+
     if mode == "discrete":
-        return _discrete_chunk_fn(rule, collapse_factor, plateau_fraction, keep)
+
+        def discrete_tile(theta0, X, depth, rho, eta, y, times):
+            traj = simulate(
+                theta0, Problem(X, y[:, None]), depth, rho, eta, times, rule=rule, unroll=UNROLL
+            )
+
+            def one(beta, tau, loss, failed_step):
+                out = summaries(beta, tau, loss, jnp.ones(times.shape, bool), failed_step >= 0)
+                out["failed_step"] = failed_step
+                out["rescaled_tau"] = tau
+                if keep:
+                    out["beta"] = beta
+                return out
+
+            # Summaries per point, once per run: the layout no longer matters here.
+            return jax.vmap(one, in_axes=(2, 1, 1, 0))(
+                traj.beta, traj.tau, traj.loss, traj.failed_step
+            )
+
+        return _tiled(discrete_tile, mode)
+
     config = FlowConfig(
         formulation=formulation,
-        solver=solver,
         rtol=rtol,
         atol=atol,
         max_steps=max_steps,
@@ -390,26 +396,19 @@ def _chunk_fn(
         singular_log_range=0.45 * float(-np.log(np.finfo(dtype).eps)),
     )
 
-    def one(theta0, X, y, depth, rho, eta, times):
+    def one(theta0, X, depth, rho, y, times):
         sol = integrate(theta0, Problem(X, y), depth, rho, times, rule=rule, config=config)
-        out = summarize(
-            sol.beta,
-            sol.tau,
-            sol.loss,
-            sol.valid,
-            sol.failed,
-            collapse_factor,
-            plateau_fraction,
-            beta_end=sol.beta_end,
-            ended_at_blowup=sol.blowup & (depth >= 3),
-        )
+        out = summaries(sol.beta, sol.tau, sol.loss, sol.valid, sol.failed)
         out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
         out["stop_tau"] = sol.stop_tau
         if keep:
             out["beta"] = sol.beta
         return out
 
-    return jax.jit(jax.vmap(one, in_axes=(0, 0, None, 0, 0, 0, None)))
+    def flow_tile(theta0, X, depth, rho, eta, y, times):
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None))(theta0, X, depth, rho, y, times)
+
+    return _tiled(flow_tile, mode)
 
 
 def use_cpu_cores() -> bool:
@@ -478,21 +477,11 @@ def run_chunk(spec: SweepSpec, fn: Callable, flat: np.ndarray, chunk_size: int) 
         return {k: np.asarray(v)[:n] for k, v in out.items()}
 
 
-def chunk_plan(
-    size: int, chunk: int, n_devices: int, tile: int = 1
-) -> tuple[int, list[np.ndarray]]:
-    """Chunk size rounded up to a multiple of ``n_devices * tile``, and the index blocks."""
+def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndarray]]:
+    """Chunk size rounded up to a multiple of the device count, and the index blocks."""
     chunk = max(1, min(chunk, size))
-    chunk = -(-chunk // (n_devices * tile)) * (n_devices * tile)
+    chunk = -(-chunk // n_devices) * n_devices
     return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
-
-
-def chunk_tile(spec: SweepSpec, chunk: int, n_devices: int) -> int:
-    """The tile :func:`make_chunk_fn` uses for chunks of ``chunk`` points (1 for flows)."""
-    if spec.mode != "discrete":
-        return 1
-    n = max(1, min(chunk, spec.size))
-    return tile_points(n, spec.n_layers, spec.d, spec.dtype, n_devices)
 
 
 def trajectory_bytes(spec: SweepSpec) -> int:
@@ -643,7 +632,7 @@ def run_sweep(
         )
     key_file.write_text(json.dumps({"key": key, "command_line": command_line}))
     n_dev = len(jax.devices())
-    chunk_size, blocks = chunk_plan(spec.size, chunk, n_dev, chunk_tile(spec, chunk, n_dev))
+    chunk_size, blocks = chunk_plan(spec.size, chunk, n_dev)
     stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
     fn = None
     done_now = 0

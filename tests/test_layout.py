@@ -9,7 +9,16 @@ from samflow.discrete import record_schedule, simulate
 from samflow.layout import UNROLL_ROWS, prod_rows, sum_leading, sum_rows
 from samflow.model import Problem, ascent_direction, grad_and_aux, layer_mask
 from samflow.steps import get_rule
-from samflow.sweep import SweepSpec, chunk_plan, make_chunk_fn, parse_axis, run_chunk, tile_points
+from samflow.sweep import (
+    FLOW_TILE_POINTS,
+    TILE_BYTES,
+    SweepSpec,
+    chunk_plan,
+    make_chunk_fn,
+    parse_axis,
+    run_chunk,
+    tile_points,
+)
 
 
 def test_row_reductions_match_numpy():
@@ -78,11 +87,12 @@ def test_batched_run_equals_single_runs(method, n_points):
 
 
 def test_tiles_and_chunks():
-    assert tile_points(10**6, 2, 4, np.float32, 2) == 16 * 2**10 // 32
-    assert tile_points(6, 2, 4, np.float64, 1) == 8  # a small chunk: one tile of 8
-    assert tile_points(100, 3, 4, np.float64, 2) == 56
-    size, blocks = chunk_plan(1000, 300, 2, 64)
-    assert size == 384 and sum(len(b) for b in blocks) == 1000
+    assert tile_points("discrete", 10**6, 2, 4, np.float32, 2) == TILE_BYTES // 32
+    assert tile_points("discrete", 6, 2, 4, np.float64, 1) == 8  # small chunk: one tile
+    assert tile_points("discrete", 100, 3, 4, np.float64, 2) == 56
+    assert tile_points("flow", 10**6, 2, 4, np.float64, 2) == FLOW_TILE_POINTS
+    size, blocks = chunk_plan(1000, 301, 2)
+    assert size == 302 and sum(len(b) for b in blocks) == 1000
 
 
 def test_shared_and_per_point_inputs_agree():
