@@ -337,6 +337,7 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
         spec.method,
         spec.mode,
         flow_formulation(spec) if spec.mode == "flow" else None,
+        spec.solver,
         spec.rtol,
         spec.atol,
         spec.max_steps,
@@ -352,6 +353,7 @@ def _chunk_fn(
     method: str,
     mode: str,
     formulation: str | None,
+    solver: str,
     rtol: float,
     atol: float,
     max_steps: int,
@@ -362,8 +364,10 @@ def _chunk_fn(
 ) -> Callable:
     rule = get_rule(method)
 
-    def summaries(beta, tau, loss, valid, failed):
-        return summarize(beta, tau, loss, valid, failed, collapse_factor, plateau_fraction)
+    def summaries(beta, tau, loss, valid, failed, **kwargs):
+        return summarize(
+            beta, tau, loss, valid, failed, collapse_factor, plateau_fraction, **kwargs
+        )
 
     if mode == "discrete":
 
@@ -389,6 +393,7 @@ def _chunk_fn(
 
     config = FlowConfig(
         formulation=formulation,
+        solver=solver,
         rtol=rtol,
         atol=atol,
         max_steps=max_steps,
@@ -398,7 +403,15 @@ def _chunk_fn(
 
     def one(theta0, X, depth, rho, y, times):
         sol = integrate(theta0, Problem(X, y), depth, rho, times, rule=rule, config=config)
-        out = summaries(sol.beta, sol.tau, sol.loss, sol.valid, sol.failed)
+        out = summaries(
+            sol.beta,
+            sol.tau,
+            sol.loss,
+            sol.valid,
+            sol.failed,
+            beta_end=sol.beta_end,
+            ended_at_blowup=sol.blowup & (depth >= 3),
+        )
         out["blowup_tau"] = jnp.where(sol.blowup & (depth >= 3), sol.stop_tau, jnp.nan)
         out["stop_tau"] = sol.stop_tau
         if keep:
