@@ -42,7 +42,8 @@ def numpy_run(inputs: dict, eta: float, steps: int) -> tuple[np.ndarray, np.ndar
         prefix = np.concatenate([ones, np.cumprod(theta[:, :-1], axis=1)], axis=1)
         suffix = np.concatenate([np.cumprod(theta[:, :0:-1], axis=1)[:, ::-1], ones], axis=1)
         z = np.sum(mu * np.prod(theta, axis=1), axis=1)
-        lprime = -1.0 / (1.0 + np.exp(z))
+        with np.errstate(over="ignore"):  # exp(z) = inf gives l'(z) = -0, as it should
+            lprime = -1.0 / (1.0 + np.exp(z))
         return (lprime[:, None, None] * mu) * prefix * suffix, lprime
 
     for _ in range(steps):

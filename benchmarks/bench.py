@@ -319,6 +319,28 @@ def ratios(rows: list[dict]) -> None:
                 r["samflow_over"] = ours[0]["rate"] / r["rate"]
 
 
+def linear_fits(rows: list[dict]) -> list[str]:
+    """The scaling cases as lines: log-log slope (1 = linear) and ``seconds = a + b x``."""
+    out = []
+    for case, key, unit in (
+        ("4a scaling: grid size", "points", "point"),
+        ("4b scaling: steps", "steps", "step"),
+    ):
+        group = [r for r in rows if r["case"] == case]
+        if len(group) < 2:
+            continue
+        x = np.array([r[key] for r in group], float)
+        t = np.array([r["seconds"] for r in group])
+        slope = np.polyfit(np.log(x), np.log(t), 1)[0]
+        b, a = np.polyfit(x, t, 1)
+        per = group[0]["points"] * 4 if key == "steps" else group[0]["steps"] * 4
+        out.append(
+            f"{case}: log-log slope {slope:.2f}; seconds = {a:.3g} + {b:.3g} per {unit}, "
+            f"i.e. a fixed cost and a marginal rate of {per / b:.3g} coordinate-steps/s"
+        )
+    return out
+
+
 def markdown(results: dict) -> str:
     m = results["machine"]
     lines = [
@@ -347,7 +369,7 @@ def markdown(results: dict) -> str:
         lines += [
             f"| {r['points']} | {r['peak_rss_bytes'] / 2**20:.0f} |" for r in results["memory"]
         ]
-    lines += ["", *[f"- {n}" for n in results["notes"]]]
+    lines += ["", *[f"- {n}" for n in results.get("fits", []) + results["notes"]]]
     return "\n".join(lines) + "\n"
 
 
@@ -432,6 +454,7 @@ def main(argv=None) -> int:
         print("case 4c: peak memory against grid size")
         results["memory"] = memory_case(args)
     ratios(rows)
+    results["fits"] = linear_fits(rows)
     results["load_average_end"] = os.getloadavg()
     results["notes"] = [
         f"Discrete grids: square (alpha, rho) grids, balanced init, eta = {ETA}, mu = 1..d; "

@@ -1,8 +1,8 @@
 """Peak resident memory of one discrete sweep through the engine, in a fresh process.
 
-``python -m benchmarks.memory_probe POINTS STEPS DTYPE CHUNK`` prints one JSON line with
-the peak RSS (VmHWM) after the run and before it (imports and compilation of a tiny
-chunk excluded from nothing: the difference is what the grid adds).
+``python -m benchmarks.memory_probe POINTS STEPS DTYPE CHUNK`` runs every chunk as
+``run_sweep`` does (each chunk's summaries are dropped once made, where ``run_sweep``
+writes them to disk) and prints one JSON line with the peak RSS (VmHWM) of the process.
 """
 
 from __future__ import annotations
@@ -21,13 +21,19 @@ def vm_hwm_bytes() -> int:
 
 def main() -> None:
     points, steps, dtype, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    from benchmarks.bench import engine_runner, l2_spec
     from samflow.sweep import use_cpu_cores
 
     use_cpu_cores()
+    import jax
+
+    from benchmarks.bench import l2_spec
+    from samflow.sweep import chunk_plan, make_chunk_fn, run_chunk
+
     spec = l2_spec(points, depth=2, d=4, steps=steps, dtype=dtype)
-    run = engine_runner(spec, chunk)
-    run()
+    fn = make_chunk_fn(spec)
+    size, blocks = chunk_plan(spec.size, chunk, len(jax.devices()))
+    for flat in blocks:
+        run_chunk(spec, fn, flat, size)
     print(json.dumps({"points": spec.size, "peak_rss_bytes": vm_hwm_bytes()}))
 
 
