@@ -3,12 +3,15 @@
 For records ``beta(tau_1..tau_T)`` (record 0, ``tau = 0``, is the initial state and is
 excluded) and only records before the horizon actually reached (``valid``):
 
-- dominant coordinate ``D(tau) = argmax_j |beta_j(tau)|``, labelled 1..d;
+- dominant coordinate ``D(tau) = argmax_j |beta_j(tau)|``, labelled 1..d; a record
+  where every ``|beta_j|`` is exactly equal (a tie, e.g. beta = 0 after a collapse, or
+  a uniform start that has not moved in the dtype's resolution) has no dominant
+  coordinate (``D = 0``) and does not count for sequential or direct;
 - ``FAILED`` (-1): a NaN or overflow appeared, or the solver failed;
 - ``COLLAPSE`` (1): ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``;
 - ``UNRESOLVED`` (0): not collapsed, yet ``||beta(tau_T)||_1 < ||beta(0)||_1``: beta is
   still below its initial size at the horizon and may go on to collapse or recover;
-  also when no record lies inside the horizon;
+  also when no record inside the horizon has a dominant coordinate;
 - ``DIRECT`` (3): ``D = d`` at every recorded tau;
 - ``SEQUENTIAL`` (2): otherwise, i.e. not collapsed and ``D != d`` at some tau.
 
@@ -29,7 +32,8 @@ FLAG_MEANINGS = "failed unresolved collapse sequential direct"
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
     "unresolved: not collapsed, but ||beta||_1 at the horizon is still below its "
-    "initial value (it may yet collapse or recover); or no record inside the horizon"
+    "initial value (it may yet collapse or recover); or no record inside the horizon "
+    "has a dominant coordinate (all |beta_j| tied)"
 )
 LIMIT_COLLAPSED, LIMIT_FINITE = 0, -2
 
@@ -47,8 +51,9 @@ class Classification(NamedTuple):
         limit_coord: int, D at the horizon; 0 if collapsed to 0, -2 if beta converged
             to a finite nonzero point (relative change below ``converged_rtol``
             over the last two records).
-        first_amplified: int, D at the first record after tau = 0 (0 if none valid).
-        dominant: ``[T]`` int, D at each record, 0 where the record is not valid.
+        first_amplified: int, D at the first record after tau = 0 with a dominant
+            coordinate (0 if none).
+        dominant: ``[T]`` int, D at each record, 0 where the record is not valid or tied.
         horizon: int, index of the last valid record.
     """
 
@@ -84,14 +89,17 @@ def classify(
     horizon = jnp.max(jnp.where(valid, jnp.arange(T), 0))
     norm = jnp.sum(jnp.abs(beta), axis=-1)
     norm0, normT = norm[0], norm[horizon]
-    D = jnp.where(later, dominant(jnp.where(finite[:, None], beta, 0.0)), 0)
+    magnitude = jnp.abs(jnp.where(finite[:, None], beta, 0.0))
+    tied = jnp.max(magnitude, axis=-1) == jnp.min(magnitude, axis=-1)
+    ranked = later & ~tied
+    D = jnp.where(ranked, dominant(magnitude), 0)
 
     collapsed = normT < collapse_factor * norm0
     shrinking = normT < norm0
-    direct = jnp.all(jnp.where(later, D == d, True))
+    direct = jnp.all(jnp.where(ranked, D == d, True))
     any_later = jnp.any(later)
     regime = jnp.select(
-        [failed, collapsed & any_later, ~any_later | shrinking, direct],
+        [failed, collapsed & any_later, ~jnp.any(ranked) | shrinking, direct],
         [FAILED, COLLAPSE, UNRESOLVED, DIRECT],
         SEQUENTIAL,
     )
@@ -106,7 +114,7 @@ def classify(
     if beta_end is not None:
         racing = jnp.asarray(ended_at_blowup) & (regime != FAILED) & (regime != COLLAPSE)
         limit = jnp.where(racing, dominant(beta_end), limit)
-    first = jnp.where(jnp.any(later), D[jnp.argmax(later)], 0)
+    first = jnp.where(jnp.any(ranked), D[jnp.argmax(ranked)], 0)
     return Classification(
         regime=regime.astype(jnp.int8),
         limit_coord=limit.astype(jnp.int32),

@@ -161,3 +161,12 @@ def test_blowup_limit_is_read_at_the_event():
     with precision("float64"):
         c = classify(sol.beta, sol.valid, sol.failed, beta_end=sol.beta_end, ended_at_blowup=True)
     assert int(c.limit_coord) == expected
+
+
+def test_exact_ties_have_no_dominant_coordinate():
+    beta = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [2.0, 3.0, 2.5]])
+    with precision("float64"):
+        c = classify(beta)
+        assert np.asarray(c.dominant).tolist() == [0, 0, 2]
+        assert int(c.first_amplified) == 2 and int(c.regime) == SEQUENTIAL
+        assert int(classify(beta[:2]).regime) == 0  # never resolved: every record tied
