@@ -25,6 +25,7 @@ from jax import Array, lax
 from samflow.errors import InputError
 from samflow.model import Problem, ascent_direction, beta, grad_and_aux, layer_mask, loss
 from samflow.precision import precision
+from samflow.regimes import Tracker, start, track
 from samflow.steps import PerturbationRule, get_rule, step
 
 
@@ -35,19 +36,26 @@ class Trajectory(NamedTuple):
         step: ``[T]`` int, step index of each record (``step[0] = 0``).
         tau: ``[T, *batch]`` rescaled time (n = 1) or ``eta * step`` (n > 1).
         beta: ``[T, d, *batch]`` predictor.
-        loss: ``[T, *batch]`` loss at the recorded parameters.
+        loss: ``[T, *batch]`` loss at the recorded parameters (NaN where beta is not
+            finite, with ``track_regimes``).
         theta: ``[T, L_max, d, *batch]`` parameters, or None unless requested.
         theta_final: ``[L_max, d, *batch]`` parameters after the last step.
         failed_step: ``[*batch]`` int, step of the first non-finite record, -1 if none.
+        tracker: with ``track_regimes``, the :class:`samflow.regimes.Tracker` after
+            the last record; :func:`samflow.regimes.finish` reads it with ``tracked``.
+        tracked: with ``track_regimes``, the scalars of every record: ``dominant``,
+            ``beta_norm``, ``loss`` ``[T, *batch]`` (the last two NaN where not finite).
     """
 
     step: Array
     tau: Array
-    beta: Array
+    beta: Array | None
     loss: Array
     theta: Array | None
     theta_final: Array
     failed_step: Array
+    tracker: Tracker | None = None
+    tracked: dict[str, Array] | None = None
 
 
 def record_schedule(steps: int, every: int | None = None, n_log: int | None = None) -> np.ndarray:
@@ -83,14 +91,18 @@ def simulate(
     rule: PerturbationRule,
     save_theta: bool = False,
     unroll: int = 1,
+    track_regimes: bool = False,
+    record_beta: bool = True,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
     One trajectory when ``theta0`` is ``[L_max, d]``; with trailing batch axes (the
     batch-last layout of :mod:`samflow.model`) every grid point runs in the same loop,
     and ``problem``, ``depth``, ``rho``, ``eta`` carry the same trailing axes (or
-    broadcast). ``record_steps`` ``[T]`` starts at 0; ``rule``, ``save_theta`` and
-    ``unroll`` (steps per iteration of the inner loop) are static.
+    broadcast). ``record_steps`` ``[T]`` starts at 0. Static: ``rule``, ``save_theta``,
+    ``unroll`` (steps per iteration of the inner loop), ``track_regimes`` (reduce each
+    record to the scalars of :func:`samflow.regimes.track` inside the loop, as sweeps
+    do) and ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     """
     batch_ndim = theta0.ndim - 2
     mask = layer_mask(depth, theta0.shape[0], theta0.dtype)
@@ -111,7 +123,9 @@ def simulate(
         return new, tau + eta * info.aux_perturbed.lprime_abs
 
     def record(theta, tau):
-        out = {"beta": beta(theta), "tau": tau, "loss": loss(theta, problem)}
+        out = {"tau": tau, "loss": loss(theta, problem)}
+        if record_beta:
+            out["beta"] = beta(theta)
         if save_theta:
             out["theta"] = theta
         return out
@@ -130,28 +144,36 @@ def simulate(
         return lax.fori_loop(0, n_steps % unroll, lambda _, c: one_step(c), carry)
 
     def segment(carry, xs):
-        theta, tau, failed = carry
+        theta, tau, failed, tracker = carry
         n_steps, at_step = xs
         theta, tau = steps(n_steps, (theta, tau))
         failed = jnp.where((failed < 0) & ~all_finite(theta, tau), at_step, failed)
-        return (theta, tau, failed), record(theta, tau)
+        out = record(theta, tau)
+        if track_regimes:
+            tracker, out["tracked"] = track(tracker, beta(theta), out.pop("loss"))
+        return (theta, tau, failed, tracker), out
 
     tau0 = jnp.zeros_like(theta0[0, 0])
     lengths = jnp.diff(record_steps)
     failed0 = jnp.where(all_finite(theta0, tau0), -1, 0).astype(record_steps.dtype)
-    (theta_f, _, failed), recs = lax.scan(
-        segment, (theta0, tau0, failed0), (lengths, record_steps[1:])
-    )
     first = record(theta0, tau0)
+    tracker0 = None
+    if track_regimes:
+        tracker0, first["tracked"] = start(beta(theta0), first.pop("loss"))
+    (theta_f, _, failed, tracker), recs = lax.scan(
+        segment, (theta0, tau0, failed0, tracker0), (lengths, record_steps[1:])
+    )
     recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, recs)
     return Trajectory(
         step=record_steps,
         tau=recs["tau"],
-        beta=recs["beta"],
-        loss=recs["loss"],
+        beta=recs.get("beta"),
+        loss=recs["tracked"]["loss"] if track_regimes else recs["loss"],
         theta=recs.get("theta"),
         theta_final=theta_f,
         failed_step=failed,
+        tracker=tracker,
+        tracked=recs.get("tracked"),
     )
 
 

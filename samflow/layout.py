@@ -32,6 +32,35 @@ def prod_rows(x: Array) -> Array:
     return functools.reduce(jnp.multiply, list(x))
 
 
+def max_rows(x: Array) -> Array:
+    """Maximum over axis 0: ``[k, *rest] -> [*rest]`` (logical or for booleans)."""
+    if x.shape[0] > UNROLL_ROWS:
+        return jnp.max(x, axis=0)
+    return functools.reduce(jnp.maximum, list(x))
+
+
+def min_rows(x: Array) -> Array:
+    """Minimum over axis 0: ``[k, *rest] -> [*rest]`` (logical and for booleans)."""
+    if x.shape[0] > UNROLL_ROWS:
+        return jnp.min(x, axis=0)
+    return functools.reduce(jnp.minimum, list(x))
+
+
+def argmax_rows(x: Array) -> Array:
+    """Index of the first largest row, ``[k, *rest] -> [*rest]`` int32, as ``jnp.argmax``.
+
+    Unrolled as a running maximum. A NaN row wins, as it does in ``jnp.argmax``.
+    """
+    if x.shape[0] > UNROLL_ROWS:
+        return jnp.argmax(x, axis=0).astype(jnp.int32)
+    best, index = x[0], jnp.zeros(x.shape[1:], jnp.int32)
+    for j in range(1, x.shape[0]):
+        wins = (x[j] > best) | (jnp.isnan(x[j]) & ~jnp.isnan(best))
+        best = jnp.where(wins, x[j], best)
+        index = jnp.where(wins, j, index)
+    return index
+
+
 def sum_leading(x: Array, batch_ndim: int) -> Array:
     """Sum over every axis but the trailing ``batch_ndim``: ``[*s, *batch] -> [*batch]``."""
     if batch_ndim == 0:

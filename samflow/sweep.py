@@ -57,7 +57,7 @@ from samflow.init import random_scales
 from samflow.io import base_attrs, regime_attrs, write_dataset
 from samflow.model import Problem
 from samflow.precision import precision
-from samflow.regimes import summarize
+from samflow.regimes import finish, summarize
 from samflow.steps import get_rule
 
 FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
@@ -365,29 +365,42 @@ def _chunk_fn(
     rule = get_rule(method)
 
     def summaries(beta, tau, loss, valid, failed, **kwargs):
-        return summarize(
-            beta, tau, loss, valid, failed, collapse_factor, plateau_fraction, **kwargs
-        )
+        out = summarize(beta, tau, loss, valid, failed, collapse_factor, plateau_fraction, **kwargs)
+        del out["horizon"]
+        return out
 
     if mode == "discrete":
 
         def discrete_tile(theta0, X, depth, rho, eta, y, times):
+            # Each record is reduced to its scalars inside the step loop, batch-last
+            # like the run itself: no [T, d] trajectory unless it is to be kept.
             traj = simulate(
-                theta0, Problem(X, y[:, None]), depth, rho, eta, times, rule=rule, unroll=UNROLL
+                theta0,
+                Problem(X, y[:, None]),
+                depth,
+                rho,
+                eta,
+                times,
+                rule=rule,
+                unroll=UNROLL,
+                track_regimes=True,
+                record_beta=keep,
             )
-
-            def one(beta, tau, loss, failed_step):
-                out = summaries(beta, tau, loss, jnp.ones(times.shape, bool), failed_step >= 0)
-                out["failed_step"] = failed_step
-                out["rescaled_tau"] = tau
-                if keep:
-                    out["beta"] = beta
-                return out
-
-            # Summaries per point, once per run: the layout no longer matters here.
-            return jax.vmap(one, in_axes=(2, 1, 1, 0))(
-                traj.beta, traj.tau, traj.loss, traj.failed_step
+            out = finish(
+                traj.tracker,
+                traj.tracked,
+                traj.tau,
+                failed=traj.failed_step >= 0,
+                collapse_factor=collapse_factor,
+                plateau_fraction=plateau_fraction,
             )
+            del out["horizon"]
+            out.update(traj.tracked)
+            out["failed_step"] = traj.failed_step
+            out["rescaled_tau"] = traj.tau
+            if keep:
+                out["beta"] = traj.beta
+            return {k: jnp.moveaxis(v, -1, 0) for k, v in out.items()}
 
         return _tiled(discrete_tile, mode)
 

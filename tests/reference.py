@@ -1,4 +1,4 @@
-"""Independent NumPy float64 reference: plain loops over the formulas of THEORY 1-2.
+"""Independent NumPy float64 reference: plain loops over the formulas of THEORY 1, 2 and 6.
 
 Nothing here imports samflow: it is the yardstick the engine is measured against.
 """
@@ -66,3 +66,65 @@ def run(W0, X, y, method, rho, eta, steps):
         Ws.append(W)
         taus.append(taus[-1] + eta * (dtau if X.shape[0] == 1 else 1.0))
     return np.array(Ws), np.array(taus)
+
+
+def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, plateau_fraction=0.5):
+    """THEORY section 6 for one trajectory ``beta`` ``[T, d]``, by plain loops.
+
+    Returns the same names as ``samflow.regimes.summarize`` (per-record ``dominant``).
+    """
+    T, d = beta.shape
+    finite = [
+        bool(np.all(np.isfinite(beta[t])) and np.isfinite(np.abs(beta[t]).sum())) for t in range(T)
+    ]
+    ok = [bool(valid[t]) and finite[t] for t in range(T)]
+    failed = bool(failed) or any((valid[t] or t == 0) and not finite[t] for t in range(T))
+    D = []
+    for t in range(T):
+        m = np.abs(beta[t])
+        tied = m.max() == m.min() and (d > 1 or m.max() == 0)
+        D.append(0 if t == 0 or not ok[t] or tied else int(np.argmax(m)) + 1)
+    horizon = max([t for t in range(T) if ok[t]], default=0)
+    norm0 = np.abs(beta[0]).sum()
+    normT = np.abs(beta[horizon]).sum()
+    later = [t for t in range(1, T) if ok[t]]
+    ranked = [t for t in range(T) if D[t] > 0]
+    if failed:
+        regime = -1
+    elif later and normT < collapse_factor * norm0:
+        regime = 1
+    elif not ranked or normT < norm0:
+        regime = 0
+    elif all(D[t] == d for t in ranked):
+        regime = 3
+    else:
+        regime = 2
+    before = [t for t in range(horizon) if ok[t]]
+    converged = bool(later) and bool(before)
+    if converged:
+        converged = np.abs(beta[horizon] - beta[before[-1]]).sum() / normT < 1e-9
+    if regime == 1:
+        limit = 0
+    elif converged:
+        limit = -2
+    elif regime == -1:
+        limit = 0
+    else:
+        limit = D[horizon]
+    takeover = np.full(d, np.nan)
+    for j in range(d):
+        hits = [t for t in range(T) if D[t] == j + 1]
+        if hits:
+            takeover[j] = tau[hits[0]]
+    low = [t for t in range(1, T) if ok[t] and loss[t] <= plateau_fraction * loss[0]]
+    return {
+        "regime": regime,
+        "limit_coord": limit,
+        "first_amplified": D[ranked[0]] if ranked else 0,
+        "dominant": np.array(D),
+        "n_handoffs": sum(D[t] > 0 and D[t - 1] > 0 and D[t] != D[t - 1] for t in range(1, T)),
+        "takeover_tau": takeover,
+        "plateau_end_tau": tau[low[0]] if low else np.nan,
+        "final_direction": beta[horizon] / normT if normT > 0 else np.zeros(d),
+        "beta_norm": np.array([np.abs(beta[t]).sum() if ok[t] else np.nan for t in range(T)]),
+    }

@@ -13,6 +13,8 @@ from samflow.cli import main
 from samflow.errors import InputError
 from samflow.init import balanced
 from samflow.model import single_point
+from samflow.precision import precision
+from samflow.regimes import summarize
 from samflow.sweep import STOP_AFTER_ENV, SweepSpec, parse_axis, run_sweep
 from samflow.trajectory import trajectory
 
@@ -105,6 +107,36 @@ def test_discrete_sweep_matches_single_runs(tmp_path):
             np.testing.assert_allclose(cell["beta"].values, one["beta"].values, rtol=1e-12)
             np.testing.assert_allclose(cell["rescaled_tau"].values, one["tau"].values, rtol=1e-12)
             assert int(cell["regime"]) == one.attrs["regime"]
+
+
+def test_discrete_summaries_made_in_the_loop_equal_those_of_the_saved_records(tmp_path):
+    """The runner reduces each record as it goes; the saved beta, reduced afterwards by
+    the same definitions, must give every summary again."""
+    spec = SweepSpec(
+        method="sam-l2",
+        mode="discrete",
+        depth=2,
+        axes=(parse_axis("alpha=0.05:3:8:log"), parse_axis("rho=0.5,1")),
+        mu=MU,
+        eta=0.05,
+        steps=3000,
+        record_every=60,
+        save_trajectories=True,
+    )
+    ds = run_sweep(spec, tmp_path / "d.nc", chunk=5, progress=False)
+    assert set(np.unique(ds["regime"].values)) >= {1, 2, 3}
+    with precision("float64"):
+        post = summarize(
+            np.moveaxis(ds["beta"].values, (2, 3), (0, 1)),  # [time, coord, alpha, rho]
+            np.moveaxis(ds["rescaled_tau"].values, 2, 0),
+            np.moveaxis(ds["loss"].values, 2, 0),
+        )
+    for name in ("regime", "limit_coord", "first_amplified", "n_handoffs", "plateau_end_tau"):
+        np.testing.assert_array_equal(ds[name].values, np.asarray(post[name]), err_msg=name)
+    for name in ("dominant", "beta_norm", "final_direction", "takeover_tau"):
+        np.testing.assert_array_equal(
+            ds[name].values, np.moveaxis(np.asarray(post[name]), 0, 2), err_msg=name
+        )
 
 
 def test_interrupted_sweep_resumes_to_the_same_file(tmp_path, monkeypatch):
