@@ -44,6 +44,9 @@ Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` le
   closer to tau* than the dtype resolves. For L <= 2 it guards against overflow
   (``log_beta_max`` is half the log of the dtype's largest number, so every square
   taken in a norm stays finite). Records after it are NaN: the horizon ended there.
+  The edge is seen at the end of a solver step, and in the log formulation one step
+  can be long (the field is nearly constant there): records inside that step but
+  beyond the edge lie past the horizon as well (``valid`` is False).
 - Lower edge: l2-SAM in the collapse regime reaches ``beta = 0`` in *finite* rescaled
   time (derived here: at L = 2, while u is small, ``d log u_j/dtau ~ -rho mu_j^2 / N``
   with ``N`` proportional to ``|u|``, so ``dN/dtau`` tends to a negative constant).
@@ -270,7 +273,10 @@ def integrate(
     ok = (sol.result == diffrax.RESULTS.successful) | event
     failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
     theta = _to_theta(ys, form, n_layers, depth)
-    valid = (save_tau <= t_end) & jnp.all(jnp.isfinite(theta), axis=(-2, -1))
+    # The event is seen at the end of a step; records inside that step beyond the
+    # upper edge (an overflow there, for L <= 2) are past the horizon too.
+    inside = (save_tau <= t_end) & (jax.vmap(log_beta_max)(ys) <= high)
+    valid = inside & jnp.all(jnp.isfinite(theta), axis=(-2, -1))
     zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
     after = jnp.where(collapsed & ~failed, zero, jnp.nan)
     theta = jnp.where(valid[:, None, None], theta, after)

@@ -170,3 +170,13 @@ def test_exact_ties_have_no_dominant_coordinate():
         assert np.asarray(c.dominant).tolist() == [0, 0, 2]
         assert int(c.first_amplified) == 2 and int(c.regime) == SEQUENTIAL
         assert int(classify(beta[:2]).regime) == 0  # never resolved: every record tied
+
+
+def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
+    # GD at L = 2 grows like exp(mu_j tau): the guard stops it near beta ~ 1e153, at the
+    # end of a long log-space step; records inside that step beyond it are not valid.
+    sol = solve_flow(P, balanced(1.0, 4, 2), 2, "gd", None, save_times(200.0, 60))
+    assert sol.blowup and not sol.failed and not sol.valid[-1]
+    assert np.all(np.isfinite(np.abs(sol.beta[sol.valid]).sum(axis=1)))
+    with precision("float64"):
+        assert int(classify(sol.beta, sol.valid, sol.failed).regime) == DIRECT
