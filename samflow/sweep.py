@@ -24,11 +24,15 @@ mu         index into a set of mu vectors (``--mu-file``, ``[k, d]``); one point
 seed       random initialisations: alpha_j log-uniform in ``--alpha-range`` (integers)
 ========== =============================================================================
 
-Multi-host: set ``SAMFLOW_DISTRIBUTED=1`` (with JAX's usual coordinator variables, or
-on a cluster that ``jax.distributed.initialize()`` detects by itself) and start the same
-command in every process. ``jax.devices()`` then spans every host, each chunk is sharded
-over all of them, results are gathered with ``process_allgather`` and process 0 writes
-the files. (Tested here only with several devices in one process.)
+Multi-host (or multi-process): start the same command in every process with
+``SAMFLOW_DISTRIBUTED=1``, and either ``JAX_COORDINATOR_ADDRESS=host:port``,
+``SAMFLOW_NUM_PROCESSES`` and ``SAMFLOW_PROCESS_ID`` (0 on the coordinator's host), or
+on a cluster that ``jax.distributed.initialize()`` detects by itself (SLURM, Open MPI,
+...). ``jax.devices()`` then spans every process, each chunk is sharded over all of
+them, results are gathered with ``process_allgather`` (CPU processes talk through
+gloo), and process 0 writes the files; which chunks remain to be run is decided once,
+by process 0, so that a resumed sweep runs the same chunks everywhere. Tested with two
+CPU processes on one machine (``tests/test_sweep.py``).
 """
 
 from __future__ import annotations
@@ -455,6 +459,43 @@ def use_cpu_cores() -> bool:
     return True
 
 
+def start_distributed() -> bool:
+    """Join a multi-process run when ``SAMFLOW_DISTRIBUTED=1``; returns whether one runs.
+
+    Reads ``JAX_COORDINATOR_ADDRESS`` (by JAX itself), ``SAMFLOW_NUM_PROCESSES`` and
+    ``SAMFLOW_PROCESS_ID``; what is not given is left to JAX's cluster detection. Must
+    run before JAX starts its backends.
+    """
+    if os.environ.get("SAMFLOW_DISTRIBUTED") != "1":
+        return False
+    if not jax.distributed.is_initialized():
+        number = os.environ.get("SAMFLOW_NUM_PROCESSES")
+        index = os.environ.get("SAMFLOW_PROCESS_ID")
+        # CPU processes exchange results through gloo (XLA's CPU collectives).
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(
+            num_processes=int(number) if number else None,
+            process_id=int(index) if index else None,
+        )
+    return True
+
+
+def _agreed(flags: np.ndarray) -> np.ndarray:
+    """Process 0's ``flags`` in every process (a no-op with one process)."""
+    if jax.process_count() == 1:
+        return flags
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.broadcast_one_to_all(flags))
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 def _mesh() -> Mesh:
     return Mesh(np.array(jax.devices()), ("grid",))
 
@@ -645,8 +686,7 @@ def run_sweep(
     check_rates(spec.method, spec.rho if spec.method != "gd" else None, spec.eta)
     check_axes(list(spec.axes), spec.mode)
     check_size(spec, size_limit_bytes)
-    if os.environ.get("SAMFLOW_DISTRIBUTED") == "1" and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
+    start_distributed()
     out = Path(out)
     work = out.with_name(out.name + ".work")
     work.mkdir(parents=True, exist_ok=True)
@@ -663,9 +703,10 @@ def run_sweep(
     fn = None
     done_now = 0
     paths = [work / f"chunk_{i:05d}.nc" for i in range(len(blocks))]
+    todo = _agreed(np.array([not p.exists() for p in paths]))
     bar = tqdm(total=len(blocks), desc=f"{out.name}", unit="chunk", disable=not progress)
-    for path, flat in zip(paths, blocks, strict=True):
-        if not path.exists():
+    for path, flat, run in zip(paths, blocks, todo, strict=True):
+        if run:
             if fn is None:
                 fn = make_chunk_fn(spec)
             result = run_chunk(spec, fn, flat, chunk_size)
@@ -677,7 +718,9 @@ def run_sweep(
                 raise KeyboardInterrupt(f"stopped after {done_now} chunks ({STOP_AFTER_ENV})")
         bar.update(1)
     bar.close()
+    _barrier("samflow: every chunk written")
     chunks = [xr.load_dataset(p) for p in paths]
+    _barrier("samflow: every chunk read")
     ds = assemble(spec, chunks, sweep_attrs(spec, command_line))
     if jax.process_index() == 0:
         write_dataset(ds, out)

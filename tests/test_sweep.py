@@ -1,6 +1,7 @@
 """Sweeps: agreement with single trajectories, resume, sharding, size guard, CLI errors."""
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -193,6 +194,49 @@ def test_four_host_devices_equal_one(tmp_path):
         outs[n] = xr.load_dataset(path)
     for name in outs[1].data_vars:
         np.testing.assert_array_equal(outs[1][name].values, outs[4][name].values, err_msg=name)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def test_two_processes_equal_one(tmp_path):
+    """The multi-host path: two CPU processes (gloo) run one sweep together."""
+    args = [
+        *("phase", "--method", "sam-l2", "--depth", "2", "--mu", "1,2,3,4", "--rho", "1"),
+        *("--axis", "alpha=0.05:4:7:log", "--axis", "rho=0.5,1", "--eta", "0.05"),
+        *("--steps", "300", "--record-every", "30", "--chunk", "4"),
+    ]
+    command = [sys.executable, "-m", "samflow.cli", *args]
+    env = dict(
+        os.environ,
+        SAMFLOW_DISTRIBUTED="1",
+        JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}",
+        SAMFLOW_NUM_PROCESSES="2",
+    )
+    env.pop("XLA_FLAGS", None)
+    procs = [
+        subprocess.Popen(
+            [*command, "--out", str(tmp_path / "two.nc")],
+            env={**env, "SAMFLOW_PROCESS_ID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    assert not (tmp_path / "two.nc.work").exists()
+    one = subprocess.run(
+        [*command, "--out", str(tmp_path / "one.nc")], capture_output=True, text=True
+    )
+    assert one.returncode == 0, one.stderr
+    two, one = xr.load_dataset(tmp_path / "two.nc"), xr.load_dataset(tmp_path / "one.nc")
+    xr.testing.assert_identical(two.drop_attrs(), one.drop_attrs())
 
 
 def test_size_guard_refuses_oversized_trajectories(tmp_path):
