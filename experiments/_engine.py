@@ -82,7 +82,8 @@ def _program(spec: SweepSpec):
         spec.dtype,
     )
     if key not in _PROGRAMS:
-        _PROGRAMS[key] = make_chunk_fn(replace(spec, save_trajectories=True))
+        # Parameters are padded here beyond the spec's own depth: rows may be padding.
+        _PROGRAMS[key] = make_chunk_fn(replace(spec, save_trajectories=True), padding=True)
     return _PROGRAMS[key]
 
 

@@ -105,7 +105,9 @@ def simulate(
     do) and ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     """
     batch_ndim = theta0.ndim - 2
-    mask = layer_mask(depth, theta0.shape[0], theta0.dtype)
+    # No padding rows (depth is the static row count): nothing to mask.
+    unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
+    mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
 
     def grad_fn(theta):
         return grad_and_aux(theta, problem, mask)

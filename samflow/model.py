@@ -119,22 +119,27 @@ class DiagAux(NamedTuple):
     lprime_abs: Array
 
 
-def grad_and_aux(theta: Array, problem: Problem, mask: Array) -> tuple[Array, DiagAux]:
+def _masked(g: Array, mask: Array | None) -> Array:
+    return g if mask is None else g * mask
+
+
+def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Array, DiagAux]:
     """Explicit gradient of THEORY section 1, ``[L_max, d, *batch]``, padding rows zero.
 
     ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with
-    ``l'(z) = -sigmoid(-z)``; ``mask`` from :func:`layer_mask`.
+    ``l'(z) = -sigmoid(-z)``; ``mask`` from :func:`layer_mask`, or None when no row is
+    padding.
     """
     z = margins(theta, problem)
     lprime = -jax.nn.sigmoid(-z)
     n = problem.X.shape[0]
     c = sum_rows((lprime * problem.y)[:, None] * problem.X) / n
-    g = c[None] * exclusive_products(theta) * mask
+    g = _masked(c[None] * exclusive_products(theta), mask)
     rescale = -lprime[0] if n == 1 else jnp.ones_like(z[0])
     return g, DiagAux(loss=logistic_loss(z), lprime_abs=rescale)
 
 
-def ascent_direction(theta: Array, problem: Problem, mask: Array) -> Array:
+def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Array:
     """For one data point, ``-y x_j prod_{k != l} w^(k)_j``: the gradient over ``|l'(z)|``.
 
     With one point the gradient is ``l'(z) y x * P`` and ``l'(z) < 0``, so this is a
@@ -144,4 +149,4 @@ def ascent_direction(theta: Array, problem: Problem, mask: Array) -> Array:
     """
     if problem.X.shape[0] != 1:
         raise ValueError("ascent_direction needs exactly one data point")
-    return -(problem.y[0] * problem.X[0])[None] * exclusive_products(theta) * mask
+    return _masked(-(problem.y[0] * problem.X[0])[None] * exclusive_products(theta), mask)

@@ -327,16 +327,22 @@ def _tiled(tile_fn: Callable, mode: str) -> Callable:
     return jax.jit(chunk)
 
 
-def make_chunk_fn(spec: SweepSpec) -> Callable:
+def make_chunk_fn(spec: SweepSpec, padding: bool | None = None) -> Callable:
     """The jitted ``inputs -> summaries`` program of this sweep.
 
     Inputs: ``theta0`` ``[C, L_max, d]``, ``X`` ``[C, n, d]``, ``y`` ``[n]``, ``depth``,
     ``rho``, ``eta`` ``[C]``, and the record ``times`` ``[T]``; any chunk size ``C``. In
     discrete mode ``X`` and ``depth`` may have leading size 1 instead of ``C`` when every
     point shares them: the loop then reads one copy instead of one per point.
+    ``padding``: whether rows of ``theta0`` beyond a point's ``depth`` may be padding
+    (default: whether the grid has points with fewer layers than ``spec.n_layers``).
+    Without it a discrete program takes every row as a real layer and ignores ``depth``,
+    which saves the layer mask in every step.
     Cached on what the program depends on (not the grid values), so a rerun or another
     sweep of the same kind in the same process compiles nothing new.
     """
+    if padding is None:
+        padding = has_padding(spec)
     return _chunk_fn(
         spec.method,
         spec.mode,
@@ -349,7 +355,14 @@ def make_chunk_fn(spec: SweepSpec) -> Callable:
         spec.collapse_factor,
         spec.plateau_fraction,
         spec.save_trajectories,
+        spec.mode != "discrete" or padding,
     )
+
+
+def has_padding(spec: SweepSpec) -> bool:
+    """Whether some grid point has fewer layers than ``spec.n_layers``."""
+    depths = next((a.values for a in spec.axes if a.name == "depth"), (spec.depth,))
+    return min(depths) < spec.n_layers
 
 
 @functools.lru_cache(maxsize=32)
@@ -365,6 +378,7 @@ def _chunk_fn(
     collapse_factor: float,
     plateau_fraction: float,
     keep: bool,
+    padding: bool = True,
 ) -> Callable:
     rule = get_rule(method)
 
@@ -381,7 +395,8 @@ def _chunk_fn(
             traj = simulate(
                 theta0,
                 Problem(X, y[:, None]),
-                depth,
+                # Without padding rows the runner needs no layer mask: a static depth.
+                depth if padding else theta0.shape[0],
                 rho,
                 eta,
                 times,

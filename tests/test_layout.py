@@ -125,3 +125,23 @@ def test_shared_and_per_point_inputs_agree():
         )
     for k, v in shared.items():
         np.testing.assert_array_equal(v, np.asarray(full[k])[: spec.size], err_msg=k)
+
+
+def test_a_program_without_padding_equals_one_with_it():
+    """Without padding rows the discrete program drops the layer mask; nothing else changes."""
+    spec = SweepSpec(
+        method="usam",
+        mode="discrete",
+        depth=3,
+        axes=(parse_axis("alpha=0.2:2:9:log"), parse_axis("rho=0.1,0.5")),
+        mu=(1.0, 2.0, 3.0, 4.0),
+        eta=0.05,
+        steps=80,
+        record_every=10,
+        save_trajectories=True,
+    )
+    flat = np.arange(spec.size)
+    plain = run_chunk(spec, make_chunk_fn(spec), flat, 24)
+    masked = run_chunk(spec, make_chunk_fn(spec, padding=True), flat, 24)
+    for k, v in plain.items():
+        np.testing.assert_array_equal(v, masked[k], err_msg=k)
