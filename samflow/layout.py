@@ -15,35 +15,34 @@ import jax.numpy as jnp
 from jax import Array
 
 UNROLL_ROWS = 64
-"""Leading axes up to this length are reduced row by row; longer ones by ``jnp.sum``."""
+"""Leading axes up to this length are reduced row by row; longer ones by one reduction."""
+
+
+def _fold_rows(x: Array, op, whole) -> Array:
+    """``op`` folded over the rows of ``x`` (axis 0); ``whole(x, axis=0)`` if they are many."""
+    if x.shape[0] > UNROLL_ROWS:
+        return whole(x, axis=0)
+    return functools.reduce(op, list(x))
 
 
 def sum_rows(x: Array) -> Array:
     """Sum over axis 0: ``[k, *rest] -> [*rest]``."""
-    if x.shape[0] > UNROLL_ROWS:
-        return jnp.sum(x, axis=0)
-    return functools.reduce(jnp.add, list(x))
+    return _fold_rows(x, jnp.add, jnp.sum)
 
 
 def prod_rows(x: Array) -> Array:
     """Product over axis 0: ``[k, *rest] -> [*rest]``."""
-    if x.shape[0] > UNROLL_ROWS:
-        return jnp.prod(x, axis=0)
-    return functools.reduce(jnp.multiply, list(x))
+    return _fold_rows(x, jnp.multiply, jnp.prod)
 
 
 def max_rows(x: Array) -> Array:
     """Maximum over axis 0: ``[k, *rest] -> [*rest]`` (logical or for booleans)."""
-    if x.shape[0] > UNROLL_ROWS:
-        return jnp.max(x, axis=0)
-    return functools.reduce(jnp.maximum, list(x))
+    return _fold_rows(x, jnp.maximum, jnp.max)
 
 
 def min_rows(x: Array) -> Array:
     """Minimum over axis 0: ``[k, *rest] -> [*rest]`` (logical and for booleans)."""
-    if x.shape[0] > UNROLL_ROWS:
-        return jnp.min(x, axis=0)
-    return functools.reduce(jnp.minimum, list(x))
+    return _fold_rows(x, jnp.minimum, jnp.min)
 
 
 def argmax_rows(x: Array) -> Array:
