@@ -215,21 +215,23 @@ def test_two_processes_equal_one(tmp_path):
         SAMFLOW_DISTRIBUTED="1",
         JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}",
         SAMFLOW_NUM_PROCESSES="2",
+        JAX_NUM_CPU_DEVICES="1",  # one device per process: light enough beside other tests
     )
     env.pop("XLA_FLAGS", None)
-    procs = [
-        subprocess.Popen(
-            [*command, "--out", str(tmp_path / "two.nc")],
-            env={**env, "SAMFLOW_PROCESS_ID": str(i)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0, err
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    procs = []
+    for i, log in enumerate(logs):
+        with log.open("w") as sink:  # a file, not a pipe: a full pipe would stall a process
+            procs.append(
+                subprocess.Popen(
+                    [*command, "--out", str(tmp_path / "two.nc")],
+                    env={**env, "SAMFLOW_PROCESS_ID": str(i)},
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    codes = [proc.wait(timeout=300) for proc in procs]
+    assert codes == [0, 0], "\n".join(f"{log.name}:\n{log.read_text()}" for log in logs)
     assert not (tmp_path / "two.nc.work").exists()
     one = subprocess.run(
         [*command, "--out", str(tmp_path / "one.nc")], capture_output=True, text=True
