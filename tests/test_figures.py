@@ -1,7 +1,13 @@
 """Figure plumbing: drawing helpers on tiny Datasets, the shared-program runner of the
-figure scripts against ``run_sweep``, and one cheap figure through the CLI."""
+figure modules against ``run_sweep``, the ``samflow figures`` command (one cheap
+figure, ``--list``, exit 1 when nothing is built) and the figure modules inside a
+built wheel."""
 
+import shutil
+import subprocess
 import sys
+import types
+import zipfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -10,6 +16,7 @@ import pytest
 import xarray as xr
 
 from samflow.cli import main
+from samflow.figures import FIGURES, _engine
 from samflow.plotting import (
     category_legend,
     coordinate_colours,
@@ -21,9 +28,7 @@ from samflow.plotting import (
 )
 from samflow.sweep import SweepSpec, parse_axis, run_sweep
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-import _engine  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tiny_regime_dataset() -> xr.Dataset:
@@ -109,3 +114,57 @@ def test_figures_cli_writes_png_pdf_nc(tmp_path, capsys):
     ds = xr.load_dataset(tmp_path / "multipoint_l2sam_n16.nc")
     assert {"regime", "dominant", "beta", "X", "y"} <= set(ds.data_vars)
     assert "[multipoint]" in capsys.readouterr().out
+
+
+def test_figures_list_names_and_describes_each(capsys):
+    assert main(["figures", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(FIGURES)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)
+    assert lines[0].split(maxsplit=1)[1].startswith("Figure 1:")
+
+
+def test_figures_exit_1_when_nothing_built(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("SAMFLOW_DATA", str(empty))
+    out = tmp_path / "figs"
+    assert main(["figures", "--only", "gradcam", "--quick", "--out", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert "[gradcam]" in captured.out and "nothing built" in captured.out
+    assert captured.err.strip().splitlines() == [
+        "samflow figures: nothing built (gradcam wrote no file)"
+    ]
+
+
+def test_figure_errors_are_not_swallowed(tmp_path, monkeypatch):
+    def build(out_dir, quick):
+        raise RuntimeError("broken figure")
+
+    monkeypatch.setattr(
+        "samflow.commands.figures.load", lambda name: types.SimpleNamespace(build=build)
+    )
+    with pytest.raises(RuntimeError, match="broken figure"):
+        main(["figures", "--only", "depth", "--out", str(tmp_path)])
+
+
+def test_wheel_holds_every_figure_module(tmp_path):
+    """A non-editable install must carry the figures: build the wheel offline and look."""
+    src = tmp_path / "src"  # a copy, so that the build writes nothing into the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "samflow", src / "samflow", ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    done = subprocess.run(
+        [*cmd, "-q", "-w", str(wheels), str(src)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    (wheel,) = wheels.glob("samflow-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {f"samflow/figures/{n}.py" for n in ("__init__", "_engine", *FIGURES)}
+    assert expected <= names, sorted(expected - names)
+    assert "samflow/commands/figures.py" in names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "samflow = samflow.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,63 +1,57 @@
-"""``samflow figures``: rebuild every figure from the scripts in ``experiments/``.
+"""``samflow figures``: rebuild every figure from the modules of :mod:`samflow.figures`.
 
-Each script ``experiments/<name>.py`` exposes ``build(out_dir, quick) -> list[Path]``
-and runs standalone as well (``python experiments/<name>.py [--quick]``).
+Each module ``samflow.figures.<name>`` exposes ``build(out_dir, quick) -> list[Path]``
+and runs standalone as well (``python -m samflow.figures.<name> [--quick]``). The
+modules are part of the package, so an installed samflow builds them from any folder.
+
+The exit status is 1 when no figure wrote anything (for example only ``gradcam`` and
+no image data); an error inside a figure is not caught. No backend is chosen here:
+without a display matplotlib falls back to Agg by itself, and ``MPLBACKEND`` or a
+matplotlibrc still decide.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import sys
 import time
 from pathlib import Path
 
-from samflow.errors import InputError
-
-FIGURES = (
-    "phase_l2",
-    "staircase",
-    "timelines",
-    "linf_limit",
-    "depth",
-    "depth1_max_margin",
-    "multipoint",
-    "usam",
-    "discrete_vs_flow",
-    "gradcam",
-)
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+from samflow.figures import FIGURES, describe, load
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "figures",
-        help="build the paper's figures (and ours) from experiments/",
-        description="Build every figure as PNG and PDF with its netCDF beside it. "
+        help="build the paper's figures (and ours) from samflow.figures",
+        description="Build every figure as PNG and PDF with its netCDF beside it "
+        "(modules samflow.figures.<name>). "
         f"Names: {', '.join(FIGURES)}.",
     )
     p.add_argument("--quick", action="store_true", help="small grids (a few minutes in all)")
     p.add_argument("--only", action="append", choices=FIGURES, help="build only this (repeatable)")
     p.add_argument("--out", default="figures", help="output folder")
+    p.add_argument("--list", action="store_true", help="print the names and what each shows")
     p.set_defaults(func=run)
 
 
-def load(name: str):
-    path = EXPERIMENTS / f"{name}.py"
-    if not path.exists():
-        raise InputError(f"figure script not found: {path}")
-    spec = importlib.util.spec_from_file_location(f"samflow_experiment_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run(args: argparse.Namespace) -> int:
-    names = args.only or [n for n in FIGURES if (EXPERIMENTS / f"{n}.py").exists()]
+    if args.list:
+        width = max(len(n) for n in FIGURES)
+        for name in FIGURES:
+            print(f"{name:<{width}}  {describe(name)}")
+        return 0
+    names = args.only or list(FIGURES)
     start = time.perf_counter()
+    n_files = 0
     for name in names:
         t0 = time.perf_counter()
         paths = load(name).build(Path(args.out), args.quick)
+        n_files += len(paths)
         built = ", ".join(str(p) for p in paths) or "nothing built"
         print(f"[{name}] {time.perf_counter() - t0:.1f} s: {built}")
+    if n_files == 0:
+        print(f"samflow figures: nothing built ({', '.join(names)} wrote no file)", file=sys.stderr)
+        return 1
     print(f"figures done in {time.perf_counter() - start:.1f} s")
     return 0

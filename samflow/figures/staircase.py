@@ -17,9 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, flow_times, sweep
-
+from samflow.figures._engine import MU, flow_times, sweep
 from samflow.plotting import (
     REGIME_COLOURS,
     REGIME_NAMES,

@@ -18,9 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, flow_times, sweep, up_to_blowup
-
+from samflow.figures._engine import MU, flow_times, sweep, up_to_blowup
 from samflow.plotting import (
     category_legend,
     coordinate_colours,

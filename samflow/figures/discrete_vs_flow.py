@@ -15,9 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import DISCRETE_RECORDS, MU, flow_times, sweep
-
+from samflow.figures._engine import DISCRETE_RECORDS, MU, flow_times, sweep
 from samflow.plotting import OKABE_ITO, coord_style, mu_label, save_figure_set
 from samflow.sweep import SweepSpec, parse_axis
 

@@ -23,9 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import flow_times, sweep, up_to_blowup
-
+from samflow.figures._engine import flow_times, sweep, up_to_blowup
 from samflow.plotting import (
     OKABE_ITO,
     category_legend,

@@ -11,7 +11,7 @@ the documented defaults (docs/images.md) and writes, in ``out_dir``:
 Data sets that are not there are skipped with the reason printed. ``quick`` trains
 briefly on a small subsample (a smoke test of the pipeline, not a result).
 
-Run standalone: ``python experiments/gradcam.py [OUT_DIR] [--quick]``.
+Run standalone: ``python -m samflow.figures.gradcam [OUT_DIR] [--quick]``.
 """
 
 from __future__ import annotations

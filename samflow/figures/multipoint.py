@@ -18,9 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import log_steps, sweep
-
+from samflow.figures._engine import log_steps, sweep
 from samflow.plotting import (
     REGIME_COLOURS,
     REGIME_NAMES,

@@ -19,9 +19,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _engine import MU, log_steps, sweep
-
+from samflow.figures._engine import MU, log_steps, sweep
 from samflow.plotting import OKABE_ITO, mu_label, save_figure_set
 from samflow.sweep import SweepSpec, parse_axis
 from samflow.theory import l1_max_margin_direction, l2_max_margin_direction

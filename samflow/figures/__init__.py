@@ -1,0 +1,51 @@
+"""The figures: one module per figure, each with ``build(out_dir, quick) -> list[Path]``.
+
+``samflow figures`` builds them in this order (what each shows: ``docs/figures.md``):
+
+- ``phase_l2``: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it;
+- ``staircase``: dominant coordinate over (alpha, tau), minor first, major last;
+- ``timelines``: beta_j / ||beta||_1 against tau, one alpha per regime, and the loss;
+- ``linf_limit``: the initialisation-dependent limit of linf-SAM at L = 2 and 3;
+- ``depth``: the staircase at L = 1, 2, 3, 4 side by side;
+- ``depth1_max_margin``: at L = 1 every method finds the l2 max-margin direction;
+- ``multipoint``: many points with features of different scales (beyond the paper);
+- ``usam``: USAM against l2-SAM, what the normalisation does (beyond the paper);
+- ``discrete_vs_flow``: discrete l2-SAM against its flow, error against eta;
+- ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found.
+
+Each also runs alone: ``python -m samflow.figures.<name> [--quick]``. ``_engine`` is
+the sweep runner they share (one compiled program per configuration).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from samflow.errors import InputError
+
+FIGURES = (
+    "phase_l2",
+    "staircase",
+    "timelines",
+    "linf_limit",
+    "depth",
+    "depth1_max_margin",
+    "multipoint",
+    "usam",
+    "discrete_vs_flow",
+    "gradcam",
+)
+
+
+def load(name: str) -> ModuleType:
+    """The module of figure ``name`` (one of :data:`FIGURES`)."""
+    if name not in FIGURES:
+        raise InputError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def describe(name: str) -> str:
+    """The first line of figure ``name``'s module docstring."""
+    doc = load(name).__doc__ or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
