@@ -1,8 +1,9 @@
 """Figure plumbing: drawing helpers on tiny Datasets, the shared-program runner of the
 figure modules against ``run_sweep``, the ``samflow figures`` command (one cheap
-figure, ``--list``, exit 1 when nothing is built) and the figure modules inside a
-built wheel."""
+figure, ``--list``, exit 1 when nothing is built), the figure modules inside a built
+wheel, and that importing the plotting code leaves matplotlib's backend alone."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -146,6 +147,50 @@ def test_figure_errors_are_not_swallowed(tmp_path, monkeypatch):
     )
     with pytest.raises(RuntimeError, match="broken figure"):
         main(["figures", "--only", "depth", "--out", str(tmp_path)])
+
+
+def _python(code: str, tmp_path, **env_changes) -> str:
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mplconfig")}  # no user matplotlibrc
+    for key, value in env_changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _backend_after_imports(modules, tmp_path) -> list[str]:
+    code = "import importlib, matplotlib; matplotlib.use('svg')\n"
+    code += f"for m in {modules!r}: importlib.import_module(m); print(matplotlib.get_backend())"
+    return _python(code, tmp_path, MPLBACKEND=None).splitlines()
+
+
+def test_import_keeps_the_users_backend(tmp_path):
+    """Importing the plotting code must not pick a backend (Jupyter's inline one, say)."""
+    modules = ["samflow.plotting"] + [f"samflow.figures.{n}" for n in FIGURES if n != "gradcam"]
+    assert _backend_after_imports(modules, tmp_path) == ["svg"] * len(modules)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="samflow/images/plot.py still calls matplotlib.use('Agg') at import"
+)
+def test_import_of_gradcam_keeps_the_users_backend(tmp_path):
+    assert _backend_after_imports(["samflow.figures.gradcam"], tmp_path) == ["svg"]
+
+
+def test_plotting_works_headless(tmp_path):
+    """No display, no backend chosen: matplotlib falls back to Agg on its own."""
+    png = tmp_path / "tiny.png"
+    code = (
+        "import matplotlib, matplotlib.pyplot as plt, samflow.plotting; fig = plt.figure(); "
+        f"fig.savefig({str(png)!r}); print(matplotlib.get_backend().lower())"
+    )
+    backend = _python(code, tmp_path, MPLBACKEND=None, DISPLAY=None, WAYLAND_DISPLAY=None)
+    assert backend == "agg" and png.stat().st_size > 0
 
 
 def test_wheel_holds_every_figure_module(tmp_path):
