@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from samflow.sweep import use_cpu_cores
+    from samflow.devices import use_cpu_cores
 
     use_cpu_cores()  # the command line owns its process: one JAX device per core
     parser = build_parser()

@@ -15,18 +15,31 @@ parameters are not all finite sets ``failed_step`` (-1 while none failed).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from samflow.errors import InputError
 from samflow.model import Problem, ascent_direction, beta, grad_and_aux, layer_mask, loss
-from samflow.precision import precision
-from samflow.regimes import Tracker, start, track
-from samflow.steps import PerturbationRule, get_rule, step
+from samflow.rules import PerturbationRule
+from samflow.steps import step
+
+
+class Observer(NamedTuple):
+    """Reduces each record inside the step loop, so no ``[T, d]`` trajectory is kept.
+
+    Fields:
+        start: ``(beta0, loss0) -> (state, scalars)`` at record 0.
+        track: ``(state, beta, loss) -> (state, scalars)`` at every later record;
+            ``scalars`` is a dict of ``[*batch]`` arrays, stacked over records.
+    :data:`samflow.regimes.OBSERVER` is the regime classifier's.
+    """
+
+    start: Callable
+    track: Callable
 
 
 class Trajectory(NamedTuple):
@@ -36,15 +49,14 @@ class Trajectory(NamedTuple):
         step: ``[T]`` int, step index of each record (``step[0] = 0``).
         tau: ``[T, *batch]`` rescaled time (n = 1) or ``eta * step`` (n > 1).
         beta: ``[T, d, *batch]`` predictor.
-        loss: ``[T, *batch]`` loss at the recorded parameters (NaN where beta is not
-            finite, with ``track_regimes``).
+        loss: ``[T, *batch]`` loss at the recorded parameters (with an observer: the
+            observer's ``loss`` scalar, e.g. NaN where beta is not finite).
         theta: ``[T, L_max, d, *batch]`` parameters, or None unless requested.
         theta_final: ``[L_max, d, *batch]`` parameters after the last step.
         failed_step: ``[*batch]`` int, step of the first non-finite record, -1 if none.
-        tracker: with ``track_regimes``, the :class:`samflow.regimes.Tracker` after
-            the last record; :func:`samflow.regimes.finish` reads it with ``tracked``.
-        tracked: with ``track_regimes``, the scalars of every record: ``dominant``,
-            ``beta_norm``, ``loss`` ``[T, *batch]`` (the last two NaN where not finite).
+        tracker: with an observer, its state after the last record (the regime
+            classifier's :func:`samflow.regimes.finish` reads it with ``tracked``).
+        tracked: with an observer, its scalars of every record ``[T, *batch]``.
     """
 
     step: Array
@@ -54,30 +66,8 @@ class Trajectory(NamedTuple):
     theta: Array | None
     theta_final: Array
     failed_step: Array
-    tracker: Tracker | None = None
+    tracker: Any = None
     tracked: dict[str, Array] | None = None
-
-
-def record_schedule(steps: int, every: int | None = None, n_log: int | None = None) -> np.ndarray:
-    """Step indices to record: 0, then every ``every`` steps, or ``n_log`` log-spaced.
-
-    The last step is always recorded. Returns a strictly increasing int64 array.
-    """
-    if int(steps) != steps or steps < 1:
-        raise InputError(f"steps must be an integer >= 1, got {steps}")
-    if every is not None and n_log is not None:
-        raise InputError("give either a recording interval or a number of log-spaced records")
-    if n_log is not None:
-        if n_log < 1:
-            raise InputError(f"number of records must be >= 1, got {n_log}")
-        ticks = np.unique(np.round(np.geomspace(1, steps, n_log)).astype(np.int64))
-    else:
-        every = every or max(1, steps // 100)
-        if every < 1:
-            raise InputError(f"record-every must be >= 1, got {every}")
-        ticks = np.arange(every, steps + 1, every, dtype=np.int64)
-    ticks = np.union1d(ticks, [steps])
-    return np.concatenate([[0], ticks]).astype(np.int64)
 
 
 def simulate(
@@ -91,7 +81,7 @@ def simulate(
     rule: PerturbationRule,
     save_theta: bool = False,
     unroll: int = 1,
-    track_regimes: bool = False,
+    observer: Observer | None = None,
     record_beta: bool = True,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
@@ -100,9 +90,9 @@ def simulate(
     batch-last layout of :mod:`samflow.model`) every grid point runs in the same loop,
     and ``problem``, ``depth``, ``rho``, ``eta`` carry the same trailing axes (or
     broadcast). ``record_steps`` ``[T]`` starts at 0. Static: ``rule``, ``save_theta``,
-    ``unroll`` (steps per iteration of the inner loop), ``track_regimes`` (reduce each
-    record to the scalars of :func:`samflow.regimes.track` inside the loop, as sweeps
-    do) and ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
+    ``unroll`` (steps per iteration of the inner loop), ``observer`` (reduce each
+    record inside the loop, as sweeps do with :data:`samflow.regimes.OBSERVER`) and
+    ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     """
     batch_ndim = theta0.ndim - 2
     # No padding rows (depth is the static row count): nothing to mask.
@@ -151,8 +141,8 @@ def simulate(
         theta, tau = steps(n_steps, (theta, tau))
         failed = jnp.where((failed < 0) & ~all_finite(theta, tau), at_step, failed)
         out = record(theta, tau)
-        if track_regimes:
-            tracker, out["tracked"] = track(tracker, beta(theta), out.pop("loss"))
+        if observer is not None:
+            tracker, out["tracked"] = observer.track(tracker, beta(theta), out.pop("loss"))
         return (theta, tau, failed, tracker), out
 
     tau0 = jnp.zeros_like(theta0[0, 0])
@@ -160,8 +150,8 @@ def simulate(
     failed0 = jnp.where(all_finite(theta0, tau0), -1, 0).astype(record_steps.dtype)
     first = record(theta0, tau0)
     tracker0 = None
-    if track_regimes:
-        tracker0, first["tracked"] = start(beta(theta0), first.pop("loss"))
+    if observer is not None:
+        tracker0, first["tracked"] = observer.start(beta(theta0), first.pop("loss"))
     (theta_f, _, failed, tracker), recs = lax.scan(
         segment, (theta0, tau0, failed0, tracker0), (lengths, record_steps[1:])
     )
@@ -170,59 +160,10 @@ def simulate(
         step=record_steps,
         tau=recs["tau"],
         beta=recs.get("beta"),
-        loss=recs["tracked"]["loss"] if track_regimes else recs["loss"],
+        loss=recs["tracked"]["loss"] if observer is not None else recs["loss"],
         theta=recs.get("theta"),
         theta_final=theta_f,
         failed_step=failed,
         tracker=tracker,
         tracked=recs.get("tracked"),
     )
-
-
-_simulate_jit = jax.jit(simulate, static_argnames=("rule", "save_theta"))
-
-
-def check_rates(method: str, rho: float | None, eta: float | None = None) -> float:
-    """Validated ``rho`` for ``method`` (0 for GD); checks ``eta > 0`` when given."""
-    rule = get_rule(method)
-    if eta is not None and not (np.isfinite(eta) and eta > 0):
-        raise InputError(f"eta must be a finite number > 0, got {eta}")
-    if rule.direction is None:
-        return 0.0 if rho is None else float(rho)
-    if rho is None:
-        raise InputError(f"method {method} needs --rho")
-    if not np.isfinite(rho) or rho < 0:
-        raise InputError(f"rho must be a finite number >= 0, got {rho}")
-    return float(rho)
-
-
-def run_discrete(
-    problem: Problem,
-    theta0: np.ndarray,
-    depth: int,
-    method: str,
-    rho: float | None,
-    eta: float,
-    record_steps: np.ndarray,
-    save_theta: bool = False,
-    dtype: str = "float64",
-) -> Trajectory:
-    """Run ``method`` from ``theta0`` ``[L_max, d]`` and return NumPy arrays.
-
-    ``depth`` real layers (rows beyond are padding). Computed in ``dtype``.
-    """
-    rule = get_rule(method)
-    rho = check_rates(method, rho, eta)
-    with precision(dtype) as dt:
-        prob = Problem(jnp.asarray(problem.X, dt), jnp.asarray(problem.y, dt))
-        traj = _simulate_jit(
-            jnp.asarray(theta0, dt),
-            prob,
-            depth,
-            jnp.asarray(rho, dt),
-            jnp.asarray(eta, dt),
-            jnp.asarray(record_steps, jnp.int64 if dt == np.float64 else jnp.int32),
-            rule=rule,
-            save_theta=save_theta,
-        )
-        return jax.tree_util.tree_map(np.asarray, traj)

@@ -10,26 +10,18 @@ prod_{k != l} w^(k)_j``. For scale-invariant rules (l2, linf) ``eps`` is compute
 More than one point: the plain SAM gradient flow ``dtheta/dt = -grad Loss(theta + rho
 eps)`` with ``t = eta * steps``.
 
-Three formulations, chosen by :func:`choose_formulation` (or forced):
+Three formulations, chosen by :func:`formulation_for` (or forced with
+:class:`samflow.runners.Flow`'s ``formulation``):
 
 ``log``
     Balanced positive initialisation (every real layer equal to the same vector
-    alpha > 0), one point, methods gd / sam-l2 / usam. All layers stay equal to ``u``,
-    ``u`` stays positive, and the state is ``s = log u`` (derived here):
-
-        ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1),
-        r_j = rho mu_j u_j^(L-2) c,   c = 1/N (l2), sigmoid(-z) (usam), 0 (gd),
-        N = ||m||_2 = sqrt(L sum_k mu_k^2 u_k^(2L-2)),  z = sum_k mu_k u_k^L,
-
-    since ``w~_j = u_j - rho c mu_j u_j^(L-1) = u_j (1 - r_j)``. Every power is taken in
-    log space (``log N`` by logsumexp), so exponential growth does not overflow.
-    Positivity: as ``u_j -> 0``, ``r_j -> 0`` for L >= 2 and ``w~_j -> u_j > 0``.
+    alpha > 0), one point, a rule whose closed form is a log form (gd, sam-l2, usam):
+    all layers stay equal to ``u``, and the state is ``s = log u``. The field stands
+    beside its rule (:class:`samflow.rules.BalancedFlow`, derivation in docs/theory.md
+    §3); every power is taken in log space, so exponential growth does not overflow.
 ``linf``
-    Balanced positive initialisation, one point, sam-linf. ``sign(m_j) = sign(u_j)^(L-1)``,
-    so ``du_j/dtau = mu_j (u_j - rho)^(L-1)`` while that sign is +1. For even L a
-    coordinate below rho falls to 0 and the sign flips there: the field points back to
-    0 from both sides (Filippov sliding), so 0 is absorbing and the field is set to 0
-    there; the discrete iterates hover at 0 in the same way.
+    Balanced positive initialisation, one point, sam-linf: ``du_j/dtau = mu_j (u_j -
+    rho)^(L-1)`` with 0 absorbing for even L (beside the rule as well).
 ``linear``
     Any initialisation and data: the state is ``theta`` ``[L_max, d]`` itself. linf
     here uses ``sign`` as it is; where a sign switches, the adaptive solver may need
@@ -66,12 +58,10 @@ import optimistix as optx
 from jax import Array
 
 from samflow.errors import InputError
-from samflow.init import is_balanced
 from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
-from samflow.precision import precision
-from samflow.steps import PerturbationRule, get_rule, perturbed_point
+from samflow.rules import PerturbationRule
+from samflow.runners import Flow
 
-FORMULATIONS = ("auto", "log", "linf", "linear")
 SOLVERS = {
     "tsit5": diffrax.Tsit5,
     "dopri5": diffrax.Dopri5,
@@ -102,6 +92,26 @@ class FlowConfig(NamedTuple):
     max_steps: int = 100_000
     log_beta_max: float = 354.0
     singular_log_range: float = 16.0
+
+    @classmethod
+    def of(cls, runner: Flow, formulation: str, dtype) -> FlowConfig:
+        """The static configuration of ``runner`` with a resolved ``formulation``.
+
+        The event edges follow the dtype: ``log_beta_max`` is half the log of its
+        largest number (every square in a norm stays finite), and near a finite-time
+        singularity a range beyond ~0.45 log(1/eps) asks for tau closer to tau* than
+        the dtype resolves.
+        """
+        info = np.finfo(np.dtype(dtype))
+        return cls(
+            formulation=formulation,
+            solver=runner.solver,
+            rtol=runner.rtol,
+            atol=runner.atol,
+            max_steps=runner.max_steps,
+            log_beta_max=0.5 * float(np.log(info.max)),
+            singular_log_range=0.45 * float(-np.log(info.eps)),
+        )
 
 
 class FlowSolution(NamedTuple):
@@ -135,39 +145,24 @@ class FlowSolution(NamedTuple):
     beta_end: Array
 
 
-def choose_formulation(problem: Problem, theta0: np.ndarray, depth: int, method: str) -> str:
-    """The formulation ``auto`` picks: log/linf for one point and balanced init."""
-    if problem.X.shape[0] == 1 and np.all(np.asarray(problem.X) > 0):
-        if is_balanced(theta0, depth):
-            return "linf" if method == "sam-linf" else "log"
-    return "linear"
-
-
-def _signed_int_pow(x: Array, k: Array) -> Array:
-    """``x ** k`` for a traced integer ``k >= 0`` and any sign of ``x``."""
-    mag = jnp.abs(x) ** k
-    return jnp.where(k % 2 == 1, jnp.sign(x) * mag, mag)
-
-
-def _log_field(tau, s, args):
-    mu, depth, rho, rule = args
-    L = depth.astype(s.dtype)
-    log_mu = jnp.log(mu)
-    if rule.direction is None:
-        log_c = jnp.full((), -jnp.inf, s.dtype)
-    elif rule.scale_invariant:  # l2: c = 1 / ||m||_2
-        log_c = -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
-    else:  # usam: c = |l'(z)| = sigmoid(-z)
-        z = jnp.exp(jax.nn.logsumexp(log_mu + L * s))
-        log_c = -jax.nn.softplus(z)
-    r = jnp.exp(jnp.log(rho) + log_mu + (L - 2) * s + log_c)
-    return mu * jnp.exp((L - 2) * s) * _signed_int_pow(1 - r, depth - 1)
-
-
-def _linf_field(tau, u, args):
-    mu, depth, rho, _ = args
-    grows = (u > 0) | (depth % 2 == 1)
-    return jnp.where(grows, mu * _signed_int_pow(u - rho, depth - 1), 0.0)
+def formulation_for(
+    rule: PerturbationRule, requested: str, one_point_positive: bool, balanced: bool
+) -> str:
+    """The formulation a solve uses: ``requested``, or for ``auto`` the rule's closed
+    form (log or linf) when it has one, the problem is one point with ``mu > 0`` and
+    the start is balanced and positive; otherwise ``linear``. InputError when a
+    closed form is forced where it does not hold."""
+    closed = rule.balanced.formulation if rule.balanced is not None else None
+    usable = closed if (one_point_positive and balanced) else None
+    if requested == "auto":
+        return usable or "linear"
+    if requested != "linear" and requested != usable:
+        raise InputError(
+            f"formulation {requested!r} needs one point with mu > 0, a balanced positive "
+            f"initialisation and a rule whose closed form is {requested!r} "
+            f"(method {rule.name} has {closed or 'none'})"
+        )
+    return requested
 
 
 def _m(theta, mu, mask):
@@ -178,14 +173,14 @@ def _rescaled_field(tau, theta, args):
     mu, mask, rho, rule = args
     m = _m(theta, mu, mask)
     scale = 1.0 if rule.scale_invariant else jax.nn.sigmoid(-jnp.sum(mu * beta(theta)))
-    tilde = perturbed_point(theta, -scale * m, rule, rho)
+    tilde = rule.perturbed(theta, -scale * m, rho)
     return _m(tilde, mu, mask)
 
 
 def _plain_field(tau, theta, args):
     problem, mask, rho, rule = args
     g, _ = grad_and_aux(theta, problem, mask)
-    g_adv, _ = grad_and_aux(perturbed_point(theta, g, rule, rho), problem, mask)
+    g_adv, _ = grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)
     return -g_adv
 
 
@@ -193,7 +188,7 @@ def _to_theta(y, formulation, n_layers, depth):
     """Flow state -> ``theta`` ``[..., L_max, d]`` (balanced states fill real layers)."""
     if formulation == "linear":
         return y
-    u = jnp.exp(y) if formulation == "log" else y
+    u = jnp.exp(y) if formulation == "log" else y  # the rule's BalancedFlow state
     rows = layer_mask(depth, n_layers, u.dtype)
     return rows * u[..., None, :] + (1 - rows)
 
@@ -219,10 +214,9 @@ def integrate(
     mask = layer_mask(depth, n_layers, dtype)
     form = config.formulation
     mu = problem.X[0]
-    if form == "log":
-        y0, field, args = jnp.log(theta0[0]), _log_field, (mu, depth, rho, rule)
-    elif form == "linf":
-        y0, field, args = theta0[0], _linf_field, (mu, depth, rho, rule)
+    if form != "linear":  # the rule's closed form, balanced start: state u [d]
+        closed = rule.balanced
+        y0, field, args = closed.state(theta0[0]), closed.field, (mu, depth, rho)
     elif problem.X.shape[0] == 1:
         y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
     else:
@@ -294,73 +288,3 @@ def integrate(
         failed=failed,
         beta_end=beta(_to_theta(y_end, form, n_layers, depth)),
     )
-
-
-_integrate_jit = jax.jit(integrate, static_argnames=("rule", "config"))
-
-
-def save_times(tau_max: float, n_save: int, tau_min: float | None = None) -> np.ndarray:
-    """0 followed by ``n_save - 1`` log-spaced times from ``tau_min`` to ``tau_max``."""
-    if not (np.isfinite(tau_max) and tau_max > 0):
-        raise InputError(f"tau-max must be a finite number > 0, got {tau_max}")
-    if n_save < 2:
-        raise InputError(f"n-save must be >= 2, got {n_save}")
-    tau_min = tau_max * 1e-4 if tau_min is None else tau_min
-    if not (0 < tau_min < tau_max):
-        raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
-    return np.concatenate([[0.0], np.geomspace(tau_min, tau_max, n_save - 1)])
-
-
-def solve_flow(
-    problem: Problem,
-    theta0: np.ndarray,
-    depth: int,
-    method: str,
-    rho: float | None,
-    save_tau: np.ndarray,
-    formulation: str = "auto",
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    max_steps: int = 100_000,
-    dtype: str = "float64",
-) -> FlowSolution:
-    """Solve the flow of ``method`` from ``theta0`` ``[L_max, d]``; NumPy results."""
-    from samflow.discrete import check_rates
-
-    rule = get_rule(method)
-    rho = check_rates(method, rho)
-    if formulation not in FORMULATIONS:
-        raise InputError(f"unknown formulation {formulation!r}; choose from {FORMULATIONS}")
-    if solver not in SOLVERS:
-        raise InputError(f"unknown solver {solver!r}; choose from {tuple(SOLVERS)}")
-    auto = choose_formulation(problem, theta0, depth, method)
-    if formulation == "auto":
-        formulation = auto
-    elif formulation != "linear" and formulation != auto:
-        raise InputError(
-            f"formulation {formulation!r} needs one point and a balanced positive "
-            f"initialisation{' with sam-linf' if formulation == 'linf' else ''}"
-        )
-    with precision(dtype) as dt:
-        config = FlowConfig(
-            formulation=formulation,
-            solver=solver,
-            rtol=rtol,
-            atol=atol,
-            max_steps=max_steps,
-            log_beta_max=0.5 * float(np.log(np.finfo(dt).max)),
-            # Near a finite-time singularity a range beyond ~0.45 log(1/eps)
-            # asks for tau closer to tau* than the dtype resolves.
-            singular_log_range=0.45 * float(-np.log(np.finfo(dt).eps)),
-        )
-        sol = _integrate_jit(
-            jnp.asarray(theta0, dt),
-            Problem(jnp.asarray(problem.X, dt), jnp.asarray(problem.y, dt)),
-            depth,
-            rho,
-            jnp.asarray(save_tau, dt),
-            rule=rule,
-            config=config,
-        )
-        return jax.tree_util.tree_map(np.asarray, sol)

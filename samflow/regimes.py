@@ -19,9 +19,10 @@ excluded) and only records before the horizon actually reached (``valid``):
 Streaming, so that a sweep never holds a ``[T, d]`` trajectory: :func:`start` and
 :func:`track` turn each record's ``beta`` into its scalars (D, ``||beta||_1``, the
 loss) and carry only ``beta`` at the last valid record; :func:`finish` reduces the
-recorded scalars over time. The discrete runner calls :func:`track` inside its own
-loop (:func:`samflow.discrete.simulate` with ``track_regimes=True``); flows and single
-trajectories run the same functions over their recorded ``beta`` (:func:`summarize`).
+recorded scalars over time. The discrete runner is handed them as an observer
+(:data:`OBSERVER`, given to :func:`samflow.discrete.simulate`) and calls them inside
+its own loop; flows run the same functions over their saved ``beta``
+(:func:`summarize`).
 
 All arrays may carry trailing *batch* axes (the batch-last layout of
 :mod:`samflow.model`): ``beta`` ``[d, *batch]`` per record, per-record scalars
@@ -37,6 +38,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import Array, lax
 
+from samflow.discrete import Observer
 from samflow.layout import argmax_rows, max_rows, min_rows, sum_rows
 
 FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT = -1, 0, 1, 2, 3
@@ -119,6 +121,10 @@ def track(state: Tracker, beta: Array, loss: Array, valid=True) -> tuple[Tracker
         last_change=jnp.where(ok, _norm(beta - state.beta_last), state.last_change),
     )
     return new, out
+
+
+OBSERVER = Observer(start=start, track=track)
+"""The classifier as an observer of a discrete run (every record inside the horizon)."""
 
 
 def finish(

@@ -1,4 +1,9 @@
-"""Argument parsing and validation shared by the subcommands."""
+"""Argument parsing shared by the subcommands.
+
+Defaults come from :mod:`samflow.runners` (defined there once); values are checked by
+the library (:func:`samflow.trajectory`, :func:`samflow.sweep`), whose
+``InputError`` the command line prints as one line with exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,8 @@ import zipfile
 import numpy as np
 
 from samflow.errors import InputError
-from samflow.model import Problem
-from samflow.steps import METHODS
+from samflow.rules import METHODS
+from samflow.runners import SOLVERS, Discrete, Flow, default
 
 
 def float_list(text: str, name: str) -> np.ndarray:
@@ -24,12 +29,6 @@ def float_list(text: str, name: str) -> np.ndarray:
     if not np.all(np.isfinite(values)):
         raise InputError(f"{name} contains NaN or inf: {text!r}")
     return values
-
-
-def check_mu(mu: np.ndarray) -> np.ndarray:
-    if np.any(mu <= 0):
-        raise InputError(f"mu entries must be > 0, got {mu.tolist()}")
-    return mu
 
 
 def finite_float(name: str):
@@ -47,8 +46,12 @@ def finite_float(name: str):
     return parse
 
 
-def load_npz_problem(path: str) -> Problem:
-    """Data set from an ``.npz`` holding ``X`` ``[n, d]`` and ``y`` ``[n]`` in {-1, +1}."""
+def load_npz_problem(path: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` from an ``.npz`` holding ``X`` ``[n, d]`` and ``y`` ``[n]``.
+
+    Only the file is checked here; the values are checked by
+    :func:`samflow.model.make_problem`.
+    """
     if not os.path.exists(path):
         raise InputError(f"data file not found: {path}")
     try:
@@ -56,21 +59,19 @@ def load_npz_problem(path: str) -> Problem:
             missing = [k for k in ("X", "y") if k not in f.files]
             if missing:
                 raise InputError(f"data file {path} lacks array(s) {', '.join(missing)}")
-            X, y = np.asarray(f["X"], dtype=np.float64), np.asarray(f["y"], dtype=np.float64)
+            return np.asarray(f["X"], dtype=np.float64), np.asarray(f["y"], dtype=np.float64)
     except (OSError, ValueError, zipfile.BadZipFile) as err:
         if isinstance(err, InputError):
             raise
         raise InputError(f"cannot read data file {path}: {err}") from None
-    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-        raise InputError(f"data file {path}: need X (n, d) and y (n,), got {X.shape}, {y.shape}")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise InputError(f"data file {path} contains NaN or inf")
-    if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise InputError(f"data file {path}: labels must be -1 or +1, got {np.unique(y).tolist()}")
-    return Problem(X, y)
 
 
 def add_problem_args(p: argparse.ArgumentParser) -> None:
+    """Method, depth, problem and runner options (defaults from the runners)."""
+
+    def d(runner, name):
+        return default(runner, name)
+
     p.add_argument("--method", required=True, choices=METHODS, help="optimizer")
     p.add_argument("--depth", required=True, type=int, help="number of layers L >= 1")
     src = p.add_mutually_exclusive_group(required=True)
@@ -78,20 +79,40 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     src.add_argument("--data", help=".npz with X (n, d) and y (n,) in {-1, +1}")
     p.add_argument("--rho", type=finite_float("rho"), help="SAM radius (required for SAM)")
     p.add_argument("--mode", choices=("discrete", "flow"), default="discrete")
-    p.add_argument("--eta", type=finite_float("eta"), default=0.01, help="step size (discrete)")
-    p.add_argument("--steps", type=int, default=20_000, help="number of steps (discrete)")
-    p.add_argument("--record-every", type=int, help="record every K steps (default steps/200)")
+    p.add_argument(
+        "--eta", type=finite_float("eta"), default=d(Discrete, "eta"), help="step size (discrete)"
+    )
+    p.add_argument(
+        "--steps", type=int, default=d(Discrete, "steps"), help="number of steps (discrete)"
+    )
+    p.add_argument("--record-every", type=int, help="record every K steps (default steps/100)")
     p.add_argument(
         "--log-records", type=int, help="instead: this many log-spaced records (discrete)"
     )
-    p.add_argument("--tau-max", type=finite_float("tau-max"), default=50.0, help="flow horizon")
-    p.add_argument("--tau-min", type=finite_float("tau-min"), help="first save time (flow)")
-    p.add_argument("--n-save", type=int, default=200, help="log-spaced save times (flow)")
-    p.add_argument("--formulation", default="auto", help="flow: auto, log, linf or linear")
-    p.add_argument("--solver", default="tsit5", help="flow: tsit5, dopri5, dopri8, heun, kvaerno5")
-    p.add_argument("--rtol", type=finite_float("rtol"), default=1e-8, help="flow tolerance")
-    p.add_argument("--atol", type=finite_float("atol"), default=1e-10, help="flow tolerance")
-    p.add_argument("--max-steps", type=int, default=100_000, help="flow: solver step cap")
+    p.add_argument(
+        "--tau-max", type=finite_float("tau-max"), default=d(Flow, "tau_max"), help="flow horizon"
+    )
+    p.add_argument(
+        "--tau-min", type=finite_float("tau-min"), help="first save time (flow; tau-max * 1e-4)"
+    )
+    p.add_argument(
+        "--n-save", type=int, default=d(Flow, "n_save"), help="log-spaced save times (flow)"
+    )
+    p.add_argument(
+        "--formulation",
+        default=d(Flow, "formulation"),
+        help="flow: auto, log, linf or linear (docs/theory.md §3)",
+    )
+    p.add_argument("--solver", default=d(Flow, "solver"), help=f"flow: {', '.join(SOLVERS)}")
+    p.add_argument(
+        "--rtol", type=finite_float("rtol"), default=d(Flow, "rtol"), help="flow tolerance"
+    )
+    p.add_argument(
+        "--atol", type=finite_float("atol"), default=d(Flow, "atol"), help="flow tolerance"
+    )
+    p.add_argument(
+        "--max-steps", type=int, default=d(Flow, "max_steps"), help="flow: solver step cap"
+    )
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     p.add_argument(
         "--collapse-factor",
@@ -101,10 +122,29 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def problem_from_args(args) -> Problem:
-    if args.depth < 1:
-        raise InputError(f"depth must be >= 1, got {args.depth}")
+def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
+    """The runner the options describe (validated by the runner itself)."""
+    if args.mode == "discrete":
+        return Discrete(
+            eta=args.eta,
+            steps=args.steps,
+            record_every=args.record_every,
+            log_records=getattr(args, "log_records", None),
+        )
+    return Flow(
+        tau_max=args.tau_max,
+        n_save=args.n_save,
+        tau_min=args.tau_min,
+        rtol=args.rtol,
+        atol=args.atol,
+        solver=args.solver,
+        max_steps=args.max_steps,
+        formulation=args.formulation,
+    )
+
+
+def problem_from_args(args: argparse.Namespace) -> dict:
+    """``{"mu": ...}`` or ``{"data": (X, y)}`` for the library's ``mu=`` / ``data=``."""
     if args.mu is not None:
-        mu = check_mu(float_list(args.mu, "mu"))
-        return Problem(mu[None, :], np.ones(1))
-    return load_npz_problem(args.data)
+        return {"mu": float_list(args.mu, "mu")}
+    return {"data": load_npz_problem(args.data)}

@@ -25,29 +25,23 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
-    from samflow.flows import save_times
-    from samflow.init import balanced
+    from samflow.api import trajectory
     from samflow.io import save_figure, write_dataset
-    from samflow.model import single_point
     from samflow.plotting import timeline
-    from samflow.trajectory import trajectory
+    from samflow.runners import Flow
 
     out = Path(args.out)
-    problem = single_point(DEMO_MU)
-    taus = save_times(50.0, 200)
     fig, axes = plt.subplots(2, 3, figsize=(15, 6.5), sharex=True, squeeze=False)
     for col, (name, alpha) in enumerate(DEMO_ALPHAS.items()):
         for method in ("sam-l2", "gd"):
             ds = trajectory(
-                problem,
-                balanced(alpha, 4, 2),
-                2,
                 method,
-                1.0,
-                "flow",
-                tau_max=float(taus[-1]),
-                n_save=len(taus),
-                command_line=getattr(args, "command_line", None),
+                depth=2,
+                mu=DEMO_MU,
+                alpha=alpha,
+                rho=1.0,
+                runner=Flow(tau_max=50.0),
+                history=getattr(args, "command_line", None),
             )
             path = write_dataset(ds, out / f"{method}_alpha{alpha:g}.nc")
             print(f"{path}: {ds.attrs['regime_meaning']} (expected for sam-l2: {name})")

@@ -6,7 +6,13 @@ import argparse
 
 import numpy as np
 
-from samflow.commands.common import add_problem_args, finite_float, float_list, problem_from_args
+from samflow.commands.common import (
+    add_problem_args,
+    finite_float,
+    float_list,
+    problem_from_args,
+    runner_from_args,
+)
 from samflow.errors import InputError
 
 
@@ -20,7 +26,6 @@ def register(sub) -> None:
         "a rerun of the same command resumes there.",
     )
     add_problem_args(p)
-    p.set_defaults(steps=2000, n_save=60, rtol=1e-6, atol=1e-9, max_steps=20_000)
     p.add_argument(
         "--axis",
         action="append",
@@ -28,7 +33,9 @@ def register(sub) -> None:
         metavar="NAME=START:STOP:NUM[:log|:lin] | NAME=v1,v2,..",
         help="grid axis (repeatable): alpha, alpha_1..alpha_d, rho, depth, eta, mu, seed",
     )
-    p.add_argument("--alpha", type=finite_float("alpha"), default=1.0, help="fixed alpha")
+    p.add_argument(
+        "--alpha", type=finite_float("alpha"), default=1.0, help="alpha where no axis sets it"
+    )
     p.add_argument("--mu-file", help="for --axis mu: .npy or text file of mu vectors (k, d)")
     p.add_argument(
         "--alpha-range",
@@ -51,100 +58,63 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def spec_from_args(args: argparse.Namespace):
-    from samflow.discrete import check_rates
-    from samflow.sweep import SweepSpec, check_axes, parse_axis
+def _mu_file(path: str) -> np.ndarray:
+    try:
+        rows = np.load(path) if path.endswith(".npy") else np.loadtxt(path, delimiter=",", ndmin=2)
+    except (OSError, ValueError) as err:
+        raise InputError(f"cannot read mu file {path}: {err}") from None
+    return np.atleast_2d(rows)
+
+
+def sweep_kwargs(args: argparse.Namespace) -> dict:
+    """The keyword arguments of :func:`samflow.sweep` that the options describe."""
+    from samflow.sweeps.axes import parse_axis
 
     problem = problem_from_args(args)
-    d = problem.X.shape[1]
-    axes = [parse_axis(text, d) for text in args.axis]
-    check_axes(axes, args.mode)
-    names = [a.name for a in axes]
-    sam = args.method != "gd"
-    if sam and args.rho is None and "rho" not in names:
-        raise InputError(f"method {args.method} needs --rho or --axis rho=...")
-    check_rates(args.method, args.rho if args.rho is not None else (1.0 if sam else None), args.eta)
-    if args.alpha <= 0:
-        raise InputError(f"alpha must be > 0, got {args.alpha}")
-    if args.chunk < 1:
-        raise InputError(f"chunk must be >= 1, got {args.chunk}")
-    lo, hi = float_list(args.alpha_range, "alpha-range")[:2]
-    if not 0 < lo < hi:
-        raise InputError(f"alpha-range must be 0 < LOW < HIGH, got {args.alpha_range}")
-    mu_set = ()
-    if "mu" in names:
-        if args.data is not None:
-            raise InputError("axis mu needs --mu (one point), not --data")
-        if not args.mu_file:
-            raise InputError("axis mu needs --mu-file with the mu vectors")
-        try:
-            mus = (
-                np.load(args.mu_file)
-                if args.mu_file.endswith(".npy")
-                else np.loadtxt(args.mu_file, delimiter=",", ndmin=2)
-            )
-        except (OSError, ValueError) as err:
-            raise InputError(f"cannot read mu file {args.mu_file}: {err}") from None
-        mus = np.atleast_2d(mus)
-        if mus.shape[1] != d or not np.all(np.isfinite(mus)) or np.any(mus <= 0):
-            raise InputError(f"mu file {args.mu_file} must hold finite positive (k, d={d}) rows")
-        mu_axis = next(a for a in axes if a.name == "mu")
-        if min(mu_axis.values) < 0 or max(mu_axis.values) >= len(mus):
-            raise InputError(f"axis mu indexes rows 0..{len(mus) - 1} of {args.mu_file}")
-        mu_set = tuple(map(tuple, mus.tolist()))
-    from samflow.flows import SOLVERS
-
-    if args.solver not in SOLVERS:
-        raise InputError(f"unknown solver {args.solver!r}; choose from {', '.join(SOLVERS)}")
-    one_point = problem.X.shape[0] == 1 and args.data is None
-    return SweepSpec(
+    d = len(problem["mu"]) if "mu" in problem else problem["data"][0].shape[-1]
+    axes = {}
+    for text in args.axis:
+        axis = parse_axis(text, d)
+        if axis.name in axes:
+            raise InputError(f"axis {axis.name} given twice")
+        axes[axis.name] = axis.values
+    if not axes:
+        raise InputError("phase needs at least one --axis")
+    if "mu" in axes and "mu" not in problem:
+        raise InputError("axis mu needs --mu (one point), not --data")
+    if "mu" in axes and not args.mu_file:
+        raise InputError("axis mu needs --mu-file with the mu vectors")
+    lo_hi = float_list(args.alpha_range, "alpha-range")
+    if lo_hi.size != 2:
+        raise InputError(f"alpha-range must be LOW,HIGH, got {args.alpha_range!r}")
+    return dict(
         method=args.method,
-        mode=args.mode,
         depth=args.depth,
-        axes=tuple(axes),
-        alpha=args.alpha,
-        rho=float(args.rho) if args.rho is not None else 0.0,
-        eta=args.eta,
-        steps=args.steps,
-        record_every=args.record_every,
-        tau_max=args.tau_max,
-        tau_min=args.tau_min,
-        n_save=args.n_save,
+        **problem,
+        axes=axes,
+        rho=args.rho if "rho" not in axes else None,
+        alpha=args.alpha if not {"alpha", "seed"} & set(axes) else None,
+        runner=runner_from_args(args),
         dtype=args.dtype,
-        alpha_range=(float(lo), float(hi)),
+        chunk=args.chunk,
+        mu_set=_mu_file(args.mu_file) if "mu" in axes else None,
+        alpha_range=tuple(lo_hi),
         collapse_factor=args.collapse_factor,
         plateau_fraction=args.plateau_fraction,
-        solver=args.solver,
-        rtol=args.rtol,
-        atol=args.atol,
-        max_steps=args.max_steps,
         save_trajectories=args.save_trajectories,
-        mu=tuple(problem.X[0].tolist()) if one_point else (),
-        mu_set=mu_set,
-        data=()
-        if one_point
-        else (tuple(map(tuple, problem.X.tolist())), tuple(problem.y.tolist())),
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from samflow.sweep import run_sweep
+    from samflow.api import sweep
 
-    if args.log_records is not None:
-        raise InputError("phase records every --record-every steps; --log-records is not supported")
-    spec = spec_from_args(args)
-    ds = run_sweep(
-        spec,
-        args.out,
-        chunk=args.chunk,
-        command_line=args.command_line,
-        progress=not args.no_progress,
-    )
+    kwargs = sweep_kwargs(args)
+    ds = sweep(**kwargs, out=args.out, progress=not args.no_progress, history=args.command_line)
     counts = {
         int(k): int(v)
         for k, v in zip(*np.unique(ds["regime"].values, return_counts=True), strict=True)
     }
-    print(f"{args.out}: {spec.size} grid points, regime counts {counts}")
+    print(f"{args.out}: {ds['regime'].size} grid points, regime counts {counts}")
     if args.figure:
         import matplotlib.pyplot as plt
 

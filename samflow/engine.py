@@ -1,0 +1,280 @@
+"""The point runner: one compiled program that runs a batch of points to their summaries.
+
+Every way through the engine ends here: :func:`samflow.trajectory` (one point),
+:func:`samflow.sweep` and its resumable store (chunks of grid points), the figure
+scripts and the benchmarks. A batch of points is a :class:`Points`; what the program
+computes is fixed by a :class:`Setup` (the rule, the runner's static settings, the
+dtype, what to keep), which is also the key of the compiled-program cache; the record
+times are an argument, so one program serves every horizon and schedule of a kind.
+
+Inside the program each point runs the discrete runner (with the regime classifier as
+its observer, :data:`samflow.regimes.OBSERVER`) or the flow solver (summarised by
+:func:`samflow.regimes.summarize`), so memory grows with points x records, never with
+steps. Sharded programs cut the points into tiles spread over every device
+(``shard_map``), each device running its tiles one after another (``lax.map``) so a
+tile's data stay in cache; discrete tiles are batch-last (docs/theory.md §7b and
+:mod:`samflow.layout`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from samflow import devices
+from samflow.discrete import simulate
+from samflow.flows import FlowConfig, integrate
+from samflow.model import Problem
+from samflow.precision import precision
+from samflow.regimes import OBSERVER, finish, summarize
+from samflow.rules import PerturbationRule
+
+KEEP = ("beta", "theta")
+"""What a program may keep besides the summaries: ``beta`` ``[C, T, d]`` at every
+record; ``theta`` ``[C, T, L_max, d]`` at every record (with ``theta_final``)."""
+
+TILE_BYTES = 16 * 2**10
+"""Discrete sweeps run in tiles whose state ``[L_max, d, T]`` takes about this many bytes,
+so that it stays in the core's cache for all the steps of the run."""
+FLOW_TILE_POINTS = 256
+"""Flow sweeps solve this many trajectories in lockstep (one vmapped solve): fewer waste
+steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
+UNROLL = 4
+"""Steps per iteration of the inner step loop of discrete runs (less loop overhead)."""
+
+
+class Points(NamedTuple):
+    """Inputs of ``C`` points (NumPy or JAX arrays).
+
+    Fields:
+        theta0: ``[C, L_max, d]`` initial parameters (rows beyond a point's depth: ones).
+        X: ``[C, n, d]`` data of each point, or ``[1, n, d]`` shared by all.
+        y: ``[n]`` labels, shared.
+        depth: ``[C]`` int real layers, or ``[1]`` shared.
+        rho: ``[C]`` radii.
+        eta: ``[C]`` step sizes (unused by flows).
+    """
+
+    theta0: Array
+    X: Array
+    y: Array
+    depth: Array
+    rho: Array
+    eta: Array
+
+    @property
+    def size(self) -> int:
+        return int(self.theta0.shape[0])
+
+    def take(self, index: np.ndarray) -> Points:
+        """The points at ``index`` (shared inputs stay shared)."""
+        per_point = {
+            k: (v if k == "y" or np.shape(v)[0] == 1 else np.asarray(v)[index])
+            for k, v in self._asdict().items()
+        }
+        return Points(**per_point)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a program computes (hashable: the key of its compilation).
+
+    Attributes:
+        rule: the perturbation rule.
+        mode: ``discrete`` or ``flow``.
+        dtype: ``float64`` or ``float32``.
+        flow: the flow's static configuration (flows only).
+        collapse_factor, plateau_fraction: options of :func:`samflow.regimes.finish`.
+        keep: names from :data:`KEEP` to return besides the summaries.
+        padding: whether rows of ``theta0`` beyond a point's depth may be padding.
+            Without it a discrete program takes every row as a real layer and ignores
+            ``depth``, which saves the layer mask in every step.
+        sharded: tile and spread the points over every device; without it the batch
+            runs as one piece on the default device (single trajectories).
+    """
+
+    rule: PerturbationRule
+    mode: str
+    dtype: str = "float64"
+    flow: FlowConfig | None = None
+    collapse_factor: float = 1e-3
+    plateau_fraction: float = 0.5
+    keep: tuple[str, ...] = ()
+    padding: bool = True
+    sharded: bool = True
+
+
+def tile_points(mode: str, n_points: int, n_layers: int, d: int, dtype, n_devices: int) -> int:
+    """Grid points per tile for a chunk of ``n_points`` on ``n_devices``.
+
+    Discrete: the tile's state fits :data:`TILE_BYTES`; flows: :data:`FLOW_TILE_POINTS`.
+    A small chunk gets one tile per device. Always a multiple of 8, the vector width, so
+    that no tile ends in a scalar remainder.
+    """
+    if mode == "discrete":
+        per_point = n_layers * d * np.dtype(dtype).itemsize
+        fit = max(8, TILE_BYTES // per_point // 8 * 8)
+    else:
+        fit = FLOW_TILE_POINTS
+    share = -(-n_points // n_devices)
+    return min(fit, -(-share // 8) * 8)
+
+
+def _discrete_tile(setup: Setup) -> Callable:
+    keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
+
+    def tile(theta0, X, depth, rho, eta, y, times):
+        # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T].
+        traj = simulate(
+            theta0,
+            Problem(X, y[:, None]),
+            # Without padding rows the runner needs no layer mask: a static depth.
+            depth if setup.padding else theta0.shape[0],
+            rho,
+            eta,
+            times,
+            rule=setup.rule,
+            unroll=UNROLL,
+            observer=OBSERVER,
+            record_beta=keep_beta,
+            save_theta=keep_theta,
+        )
+        out = finish(
+            traj.tracker,
+            traj.tracked,
+            traj.tau,
+            failed=traj.failed_step >= 0,
+            collapse_factor=setup.collapse_factor,
+            plateau_fraction=setup.plateau_fraction,
+        )
+        del out["horizon"]
+        out.update(traj.tracked)
+        out["failed_step"] = traj.failed_step
+        out["rescaled_tau"] = traj.tau
+        if keep_beta:
+            out["beta"] = traj.beta
+        if keep_theta:
+            out["theta"], out["theta_final"] = traj.theta, traj.theta_final
+        return {k: jnp.moveaxis(v, -1, 0) for k, v in out.items()}
+
+    return tile
+
+
+def _flow_tile(setup: Setup) -> Callable:
+    keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
+
+    def one(theta0, X, depth, rho, y, times):
+        sol = integrate(
+            theta0, Problem(X, y), depth, rho, times, rule=setup.rule, config=setup.flow
+        )
+        at_blowup = sol.blowup & (depth >= 3)
+        out = summarize(
+            sol.beta,
+            sol.tau,
+            sol.loss,
+            sol.valid,
+            sol.failed,
+            setup.collapse_factor,
+            setup.plateau_fraction,
+            beta_end=sol.beta_end,
+            ended_at_blowup=at_blowup,
+        )
+        horizon = out.pop("horizon")
+        out["blowup_tau"] = jnp.where(at_blowup, sol.stop_tau, jnp.nan)
+        out["stop_tau"] = sol.stop_tau
+        out["collapsed_to_zero"] = sol.collapsed.astype(jnp.int8)
+        out["overflow_guard_hit"] = (sol.blowup & (depth < 3)).astype(jnp.int8)
+        out["solver_failed"] = sol.failed.astype(jnp.int8)
+        if keep_beta:
+            out["beta"] = sol.beta
+        if keep_theta:
+            out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
+        return out
+
+    def tile(theta0, X, depth, rho, eta, y, times):
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None))(theta0, X, depth, rho, y, times)
+
+    return tile
+
+
+@functools.lru_cache(maxsize=64)
+def program(setup: Setup) -> Callable:
+    """The jitted ``(points, times) -> summaries`` program of ``setup`` (cached).
+
+    ``points`` a :class:`Points` of JAX arrays (any ``C``), ``times`` ``[T]`` the record
+    times (discrete: step indices; flow: tau), starting at 0. Returns a dict of
+    ``[C, ...]`` arrays (the names of :data:`samflow.sweeps.store.DIMS`).
+    """
+    batch_last = setup.mode == "discrete"
+    tile_fn = _discrete_tile(setup) if batch_last else _flow_tile(setup)
+    mesh = devices.mesh() if setup.sharded else None
+    n_dev = mesh.size if mesh is not None else 1
+
+    def run_tiles(theta0, X, depth, rho, eta, y, times):
+        return lax.map(lambda a: tile_fn(*a, y, times), (theta0, X, depth, rho, eta))
+
+    if mesh is not None:
+        run_tiles = jax.shard_map(
+            run_tiles,
+            mesh=mesh,
+            in_specs=(*(PartitionSpec("grid"),) * 5, PartitionSpec(), PartitionSpec()),
+            out_specs=PartitionSpec("grid"),
+            check_vma=False,  # diffrax's solver state mixes per-device and shared values
+        )
+
+    def run(points: Points, times):
+        theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:]
+        C, n_layers, d = theta0.shape
+        T = tile_points(setup.mode, C, n_layers, d, theta0.dtype, n_dev)
+        n_tiles = -(-C // (n_dev * T)) * n_dev
+
+        def to_tiles(a, shareable=False):  # [C, *s] -> [n_tiles, *s, T] or [n_tiles, T, *s]
+            if shareable and a.shape[0] == 1 and batch_last:  # one entry that broadcasts
+                return jnp.broadcast_to(jnp.moveaxis(a, 0, -1), (n_tiles, *a.shape[1:], 1))
+            a = jnp.broadcast_to(a, (C, *a.shape[1:]))
+            pad = jnp.broadcast_to(a[-1:], (n_tiles * T - C, *a.shape[1:]))
+            a = jnp.concatenate([a, pad]).reshape(n_tiles, T, *a.shape[1:])
+            return jnp.moveaxis(a, 1, -1) if batch_last else a
+
+        tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
+        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, times)
+        return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
+
+    return jax.jit(run)
+
+
+def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
+    """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
+
+    A sharded setup needs ``C`` to be a multiple of the device count (the caller pads);
+    inputs shared by every point (``X``, ``depth`` of leading size 1) are replicated.
+    """
+    fn = program(setup)
+    with precision(setup.dtype) as dt:
+        index_dtype = jnp.int64 if dt == np.float64 else jnp.int32
+        if setup.sharded:
+            mesh = devices.mesh()
+            split = NamedSharding(mesh, PartitionSpec("grid"))
+            whole = NamedSharding(mesh, PartitionSpec())
+
+            def put(name, value):
+                arr = jnp.asarray(value, jnp.int32 if name == "depth" else dt)
+                shared = name == "y" or (name in ("X", "depth") and np.shape(value)[0] == 1)
+                return jax.device_put(arr, whole if shared else split)
+        else:
+
+            def put(name, value):
+                return jnp.asarray(value, jnp.int32 if name == "depth" else dt)
+
+        args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
+        t = jnp.asarray(times, index_dtype if setup.mode == "discrete" else dt)
+        out = devices.gather(fn(args, t))
+        return {k: np.asarray(v) for k, v in out.items()}

@@ -1,0 +1,209 @@
+"""Perturbation rules: GD, l2-SAM, linf-SAM and USAM, and how to write your own.
+
+SAM evaluates the descent gradient at ``theta + rho * eps(g)``, ``g = grad Loss(theta)``
+(docs/theory.md §2). A rule is the map ``g -> eps`` over a parameter pytree:
+
+========== ============================== ======================================
+method     eps(g)                         note
+========== ============================== ======================================
+gd         none                           the ascent gradient is not evaluated
+sam-l2     g / ||g||_2                    norm over every leaf and coordinate
+sam-linf   sign(g)
+usam       g                              unnormalised control
+========== ============================== ======================================
+
+A rule is a :class:`PerturbationRule` object; every entry point takes one where it
+takes a method name, so a new rule needs no edit of samflow::
+
+    half = samflow.PerturbationRule("half-l2", lambda g, batch_ndim: ...)
+    samflow.trajectory(half, depth=2, mu=[1, 2, 3, 4], alpha=0.5, rho=1.0, runner=...)
+
+Beside each built-in rule stands the closed form of its flow from a balanced positive
+start on one point (:class:`BalancedFlow`), which the flow solver uses in log space
+(docs/theory.md §3); ``tests/test_rules.py`` checks each closed form against the
+generic field built from ``direction``. A user rule without one is solved in the
+generic (linear) formulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from samflow.errors import InputError
+from samflow.layout import sum_leading
+
+PyTree = Any
+
+
+def tree_l2_norm(tree: PyTree, batch_ndim: int = 0) -> Array:
+    """``||tree||_2`` over every leaf and coordinate, per element of the trailing batch axes."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.sqrt(sum(sum_leading(jnp.square(leaf), batch_ndim) for leaf in leaves))
+
+
+def _l2_direction(g: PyTree, batch_ndim: int = 0) -> PyTree:
+    norm = tree_l2_norm(g, batch_ndim)
+    # A zero gradient (e.g. all weights zero) gives no perturbation rather than 0/0.
+    safe = jnp.where(norm > 0, norm, 1.0)
+    return jax.tree_util.tree_map(lambda leaf: leaf / safe.astype(leaf.dtype), g)
+
+
+def _linf_direction(g: PyTree, batch_ndim: int = 0) -> PyTree:
+    return jax.tree_util.tree_map(jnp.sign, g)
+
+
+def _usam_direction(g: PyTree, batch_ndim: int = 0) -> PyTree:
+    return g
+
+
+def signed_int_pow(x: Array, k: Array) -> Array:
+    """``x ** k`` for a traced integer ``k >= 0`` and any sign of ``x``."""
+    mag = jnp.abs(x) ** k
+    return jnp.where(k % 2 == 1, jnp.sign(x) * mag, mag)
+
+
+@dataclass(frozen=True)
+class BalancedFlow:
+    """Closed form of a rule's rescaled flow from a balanced positive start, one point.
+
+    Every real layer then stays equal to one vector ``u`` ``[d]`` (docs/theory.md §4);
+    the solver integrates ``y = log u`` (``formulation = "log"``) or ``y = u``
+    (``"linf"``) with ``field(tau, y, (mu, depth, rho)) -> dy/dtau``.
+    """
+
+    formulation: str
+    field: Callable[[Array, Array, tuple], Array]
+
+    def state(self, u: Array) -> Array:
+        """``u`` -> the solver's state ``y``."""
+        return jnp.log(u) if self.formulation == "log" else u
+
+    def u(self, y: Array) -> Array:
+        """The solver's state ``y`` -> ``u``."""
+        return jnp.exp(y) if self.formulation == "log" else y
+
+
+def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
+    """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
+
+    Derivation (docs/theory.md §3): with ``m_j = mu_j u_j^(L-1)`` and
+    ``eps = -c m`` (``c >= 0``), ``w~_j = u_j - rho c mu_j u_j^(L-1) = u_j (1 - r_j)``,
+    ``r_j = rho mu_j u_j^(L-2) c``, so ``du_j/dtau = mu_j w~_j^(L-1)`` gives
+    ``ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1)`` for ``s = log u``. ``log_c(log_mu,
+    s, L)`` is the rule's ``log c``; every power is taken in log space.
+    """
+
+    def field(tau, s, args):
+        mu, depth, rho = args
+        L = depth.astype(s.dtype)
+        log_mu = jnp.log(mu)
+        r = jnp.exp(jnp.log(rho) + log_mu + (L - 2) * s + log_c(log_mu, s, L))
+        return mu * jnp.exp((L - 2) * s) * signed_int_pow(1 - r, depth - 1)
+
+    return BalancedFlow("log", field)
+
+
+def _gd_log_c(log_mu, s, L):
+    return jnp.full((), -jnp.inf, s.dtype)  # c = 0: no perturbation
+
+
+def _l2_log_c(log_mu, s, L):
+    # c = 1 / ||m||_2, ||m||_2^2 = L sum_k mu_k^2 u_k^(2L-2), by logsumexp.
+    return -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
+
+
+def _usam_log_c(log_mu, s, L):
+    # c = |l'(z)| = sigmoid(-z), z = sum_k mu_k u_k^L: log c = -softplus(z).
+    return -jax.nn.softplus(jnp.exp(jax.nn.logsumexp(log_mu + L * s)))
+
+
+def _linf_field(tau, u, args):
+    """``du_j/dtau = mu_j (u_j - rho)^(L-1)``, since ``sign(m_j) = +1`` while ``u > 0``.
+
+    For even L a coordinate below rho falls to 0, where the sign flips and the field
+    points back to 0 from both sides (Filippov sliding): 0 is absorbing, the field is
+    set to 0 there (docs/theory.md §4).
+    """
+    mu, depth, rho = args
+    grows = (u > 0) | (depth % 2 == 1)
+    return jnp.where(grows, mu * signed_int_pow(u - rho, depth - 1), 0.0)
+
+
+@dataclass(frozen=True)
+class PerturbationRule:
+    """How the ascent direction ``eps`` is made from the gradient.
+
+    Frozen and hashable: a rule is a static argument of compiled programs (a rule
+    made with a lambda compiles once per rule object).
+
+    Attributes:
+        name: the method's name in files and on the command line.
+        direction: ``(g, batch_ndim) -> eps`` over pytrees, or None for no ascent step
+            (GD); ``batch_ndim`` trailing axes of every leaf are independent problems
+            (norms are per batch element). A zero gradient should give a zero eps.
+        scale_invariant: ``eps(c g) = eps(g)`` for every ``c > 0``. Then, for one data
+            point, the loss factors out of the dynamics (docs/theory.md §3) and the
+            engine takes ``eps`` from the gradient without its loss factor. False (the
+            safe default) always uses the true gradient.
+        balanced: closed form of the flow from a balanced positive start (or None).
+    """
+
+    name: str
+    direction: Callable[[PyTree, int], PyTree] | None
+    scale_invariant: bool = False
+    balanced: BalancedFlow | None = None
+
+    @property
+    def needs_rho(self) -> bool:
+        """Whether the rule perturbs (and so needs a radius rho)."""
+        return self.direction is not None
+
+    def perturbed(self, params: PyTree, grads: PyTree, rho, batch_ndim: int = 0) -> PyTree:
+        """``params + rho * eps(grads)``; ``params`` itself for a rule without ascent."""
+        if self.direction is None:
+            return params
+        eps = self.direction(grads, batch_ndim)
+        return jax.tree_util.tree_map(lambda p, e: p + rho * e, params, eps)
+
+
+GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
+SAM_L2 = PerturbationRule("sam-l2", _l2_direction, True, _log_form(_l2_log_c))
+SAM_LINF = PerturbationRule("sam-linf", _linf_direction, True, BalancedFlow("linf", _linf_field))
+USAM = PerturbationRule("usam", _usam_direction, False, _log_form(_usam_log_c))
+
+RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
+METHODS: tuple[str, ...] = tuple(RULES)
+
+
+def get_rule(method: str | PerturbationRule) -> PerturbationRule:
+    """The rule of ``method`` (a name or a rule); InputError naming it if unknown."""
+    if isinstance(method, PerturbationRule):
+        return method
+    try:
+        return RULES[method]
+    except (KeyError, TypeError):
+        raise InputError(
+            f"unknown method {method!r}; choose one of {', '.join(METHODS)} "
+            "or pass a PerturbationRule"
+        ) from None
+
+
+def check_rho(rule: PerturbationRule, rho) -> float:
+    """Validated ``rho`` for ``rule``: required (finite, >= 0) when the rule perturbs.
+
+    A rule without ascent step ignores rho (0 is returned when none is given).
+    """
+    if rho is None:
+        if rule.needs_rho:
+            raise InputError(f"method {rule.name} needs rho")
+        return 0.0
+    rho = float(rho)
+    if not (rho == rho and abs(rho) != float("inf")) or rho < 0:
+        raise InputError(f"rho must be a finite number >= 0, got {rho}")
+    return rho

@@ -1,0 +1,192 @@
+"""Runners: how a trajectory is advanced in time, passed as objects (as in diffrax).
+
+:class:`Discrete` takes steps of the update rule and records at a schedule;
+:class:`Flow` solves the rescaled continuous-time flow with diffrax and saves at
+log-spaced times. Every default of the engine lives here, once: the command line, the
+Python API, the sweeps, the figures and the benchmarks all read these fields.
+
+A runner validates itself when it is made (``InputError`` naming the bad value), is
+frozen and hashable (part of the key of a compiled program), and knows its record
+times (:meth:`Discrete.times`, :meth:`Flow.times`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import ClassVar
+
+import numpy as np
+
+from samflow.errors import InputError
+
+SOLVERS = ("tsit5", "dopri5", "dopri8", "heun", "kvaerno5")
+FORMULATIONS = ("auto", "log", "linf", "linear")
+
+
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise InputError(f"{name} must be an integer >= 1, got {value}")
+    return int(value)
+
+
+def _positive_float(name: str, value) -> float:
+    value = float(value)
+    if not (np.isfinite(value) and value > 0):
+        raise InputError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def _strictly_increasing(name: str, values, first=0) -> tuple:
+    a = np.asarray(values)
+    if a.ndim != 1 or a.size < 2:
+        raise InputError(f"{name} must hold at least two times, got {values!r}")
+    if not np.all(np.isfinite(a)) or a[0] != first or np.any(np.diff(a) <= 0):
+        raise InputError(f"{name} must start at {first} and increase strictly, got {a.tolist()}")
+    return tuple(a.tolist())
+
+
+@dataclass(frozen=True)
+class Discrete:
+    """Discrete steps ``theta <- theta - eta * grad Loss(theta + rho eps)``.
+
+    Attributes:
+        eta: step size (> 0).
+        steps: number of steps (>= 1).
+        record_every: record every this many steps (default ``steps // 100``, at least
+            1); the last step is always recorded.
+        log_records: instead, this many log-spaced records.
+        record_steps: instead, exactly these step indices (starting at 0, increasing).
+    Record 0 is the initial state (step 0).
+    """
+
+    eta: float = 0.01
+    steps: int = 20_000
+    record_every: int | None = None
+    log_records: int | None = None
+    record_steps: tuple[int, ...] | None = None
+
+    mode: ClassVar[str] = "discrete"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "eta", _positive_float("eta", self.eta))
+        given = [
+            name
+            for name in ("record_every", "log_records", "record_steps")
+            if getattr(self, name) is not None
+        ]
+        if len(given) > 1:
+            raise InputError(f"give only one of {', '.join(given)}")
+        if self.record_steps is not None:
+            steps = _strictly_increasing("record_steps", self.record_steps)
+            if not all(float(s).is_integer() for s in steps):
+                raise InputError(f"record_steps must be integers, got {list(steps)}")
+            object.__setattr__(self, "record_steps", tuple(int(s) for s in steps))
+            object.__setattr__(self, "steps", self.record_steps[-1])
+        object.__setattr__(self, "steps", _positive_int("steps", self.steps))
+        for name in ("record_every", "log_records"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+
+    def times(self) -> np.ndarray:
+        """Step indices of the records ``[T]`` int64: 0, ..., ``steps`` (increasing)."""
+        if self.record_steps is not None:
+            return np.asarray(self.record_steps, np.int64)
+        if self.log_records is not None:
+            ticks = np.unique(np.round(np.geomspace(1, self.steps, self.log_records)))
+        else:
+            every = self.record_every or max(1, self.steps // 100)
+            ticks = np.arange(every, self.steps + 1, every)
+        ticks = np.union1d(ticks.astype(np.int64), [self.steps])
+        return np.concatenate([[0], ticks]).astype(np.int64)
+
+    def attrs(self) -> dict:
+        """The settings as file attributes."""
+        out = {"eta": self.eta, "steps": self.steps}
+        for name in ("record_every", "log_records"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True)
+class Flow:
+    """The rescaled flow (one point) or SAM gradient flow (n points), with diffrax.
+
+    Attributes:
+        tau_max: horizon (> 0).
+        n_save: number of saved times, 0 and ``n_save - 1`` log-spaced ones.
+        tau_min: first positive save time (default ``tau_max * 1e-4``).
+        rtol, atol: tolerances of the PID step-size controller.
+        solver: one of :data:`SOLVERS`.
+        max_steps: cap on solver steps; reaching it is reported as a failure.
+        formulation: ``auto`` (log space for a balanced positive start on one point,
+            where the rule has a closed form; else linear), or ``log``, ``linf``,
+            ``linear`` forced (docs/theory.md §3).
+        save_tau: instead of the log grid, exactly these times (starting at 0).
+    """
+
+    tau_max: float = 50.0
+    n_save: int = 200
+    tau_min: float | None = None
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    solver: str = "tsit5"
+    max_steps: int = 100_000
+    formulation: str = "auto"
+    save_tau: tuple[float, ...] | None = None
+
+    mode: ClassVar[str] = "flow"
+
+    def __post_init__(self) -> None:
+        if self.save_tau is not None:
+            taus = _strictly_increasing("save_tau", self.save_tau, first=0.0)
+            object.__setattr__(self, "save_tau", tuple(float(t) for t in taus))
+            object.__setattr__(self, "tau_max", taus[-1])
+            object.__setattr__(self, "n_save", len(taus))
+        object.__setattr__(self, "tau_max", _positive_float("tau-max", self.tau_max))
+        n_save = _positive_int("n-save", self.n_save)
+        if n_save < 2:
+            raise InputError(f"n-save must be >= 2, got {n_save}")
+        object.__setattr__(self, "n_save", n_save)
+        if self.tau_min is not None:
+            tau_min = float(self.tau_min)
+            if not (0 < tau_min < self.tau_max):
+                raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
+            object.__setattr__(self, "tau_min", tau_min)
+        object.__setattr__(self, "rtol", _positive_float("rtol", self.rtol))
+        object.__setattr__(self, "atol", _positive_float("atol", self.atol))
+        object.__setattr__(self, "max_steps", _positive_int("max-steps", self.max_steps))
+        if self.solver not in SOLVERS:
+            raise InputError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
+        if self.formulation not in FORMULATIONS:
+            raise InputError(
+                f"unknown formulation {self.formulation!r}; choose from {', '.join(FORMULATIONS)}"
+            )
+
+    def times(self) -> np.ndarray:
+        """Saved times ``[T]`` float64: 0, then log-spaced from ``tau_min`` to ``tau_max``."""
+        if self.save_tau is not None:
+            return np.asarray(self.save_tau, np.float64)
+        tau_min = self.tau_max * 1e-4 if self.tau_min is None else self.tau_min
+        return np.concatenate([[0.0], np.geomspace(tau_min, self.tau_max, self.n_save - 1)])
+
+    def attrs(self) -> dict:
+        """The settings as file attributes (the full solver configuration)."""
+        out = {
+            "tau_max": self.tau_max,
+            "n_save": self.n_save,
+            "tau_min": self.tau_max * 1e-4 if self.tau_min is None else self.tau_min,
+            "solver": self.solver,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "max_steps": self.max_steps,
+        }
+        return out
+
+
+Runner = Discrete | Flow
+
+
+def default(runner: type, name: str):
+    """The default of field ``name`` of ``runner`` (for command-line options)."""
+    return next(f.default for f in fields(runner) if f.name == name)

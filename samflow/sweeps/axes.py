@@ -1,0 +1,117 @@
+"""Grid axes: parsing ``NAME=START:STOP:NUM[:log|:lin]`` or ``NAME=v1,v2,...`` and checks.
+
+========== =============================================================================
+alpha      uniform initialisation scale, w^(l) = alpha for every real layer
+alpha_j    per-coordinate scale of coordinate j (1-based), overriding alpha there
+rho        SAM radius
+depth      number of layers (integers); shapes are padded to the largest depth
+eta        step size (discrete runner)
+mu         index into a set of mu vectors (``mu_set``, ``[k, d]``); one point each
+seed       random initialisations: alpha_j log-uniform in ``alpha_range`` (integers)
+========== =============================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from samflow.errors import InputError
+
+FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
+INTEGER_AXES = ("depth", "seed", "mu")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid axis: its name and values (a 1-D float or int array as a tuple)."""
+
+    name: str
+    values: tuple
+
+    def array(self) -> np.ndarray:
+        dtype = np.int64 if self.name in INTEGER_AXES else np.float64
+        return np.asarray(self.values, dtype=dtype)
+
+
+def _check_name(name: str, d: int | None) -> None:
+    m = re.fullmatch(r"alpha_(\d+)", name)
+    if name not in FIXED_AXES and not m:
+        raise InputError(f"unknown axis {name!r}; choose from {', '.join(FIXED_AXES)}, alpha_j")
+    if m and d is not None and not 1 <= int(m.group(1)) <= d:
+        raise InputError(f"axis {name}: coordinate must be 1..{d}")
+
+
+def make_axis(name: str, values, d: int | None = None) -> Axis:
+    """An :class:`Axis` from given values; InputError naming what is wrong."""
+    _check_name(name, d)
+    try:
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InputError(f"axis {name}: values must be numbers, got {values!r}") from None
+    if values.size == 0:
+        raise InputError(f"axis {name} is empty")
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"axis {name} contains NaN or inf")
+    if name in INTEGER_AXES:
+        if not np.allclose(values, np.round(values)):
+            raise InputError(f"axis {name} takes integers, got {values.tolist()}")
+        values = np.round(values).astype(np.int64)
+    if len(np.unique(values)) != values.size:
+        raise InputError(f"axis {name} repeats a value: {values.tolist()}")
+    return Axis(name, tuple(values.tolist()))
+
+
+def parse_axis(text: str, d: int | None = None) -> Axis:
+    """Parse ``NAME=START:STOP:NUM[:log|:lin]`` or ``NAME=v1,v2,...``."""
+    if "=" not in text:
+        raise InputError(
+            f"bad axis {text!r}: expected NAME=START:STOP:NUM[:log|:lin] or NAME=v1,v2"
+        )
+    name, spec = (s.strip() for s in text.split("=", 1))
+    _check_name(name, d)
+    try:
+        if ":" in spec:
+            parts = spec.split(":")
+            if len(parts) not in (3, 4) or (len(parts) == 4 and parts[3] not in ("log", "lin")):
+                raise InputError(f"bad axis {text!r}: expected START:STOP:NUM[:log|:lin]")
+            start, stop, num = float(parts[0]), float(parts[1]), int(parts[2])
+            scale = parts[3] if len(parts) == 4 else "lin"
+            if num < 1:
+                raise InputError(f"axis {name}: NUM must be >= 1, got {num}")
+            if not (np.isfinite(start) and np.isfinite(stop)):
+                raise InputError(f"axis {name}: range must be finite, got {spec!r}")
+            if scale == "log":
+                if start <= 0 or stop <= 0:
+                    raise InputError(f"axis {name}: a log range needs positive ends, got {spec!r}")
+                values = np.geomspace(start, stop, num)
+            else:
+                values = np.linspace(start, stop, num)
+        else:
+            values = np.array([float(v) for v in spec.split(",") if v.strip()])
+    except InputError:
+        raise
+    except ValueError:
+        raise InputError(f"bad axis {text!r}: values must be numbers") from None
+    return make_axis(name, values, d)
+
+
+def check_axes(axes: list[Axis] | tuple[Axis, ...], mode: str) -> None:
+    """Value checks that depend on the axis (InputError naming the axis)."""
+    names = [a.name for a in axes]
+    for name in names:
+        if names.count(name) > 1:
+            raise InputError(f"axis {name} given twice")
+    for a in axes:
+        v = a.array()
+        if a.name in ("alpha", "eta") or a.name.startswith("alpha_"):
+            if np.any(v <= 0):
+                raise InputError(f"axis {a.name} must be > 0, got {v.tolist()}")
+        if a.name == "rho" and np.any(v < 0):
+            raise InputError(f"axis rho must be >= 0, got {v.tolist()}")
+        if a.name == "depth" and np.any(v < 1):
+            raise InputError(f"axis depth must be >= 1, got {v.tolist()}")
+        if a.name == "eta" and mode == "flow":
+            raise InputError("axis eta needs the discrete runner")

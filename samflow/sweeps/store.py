@@ -1,0 +1,254 @@
+"""Running a sweep: in memory, or into a resumable store on disk; and its file schema.
+
+The grid is cut into chunks of consecutive points; each runs through the point runner
+(:func:`samflow.engine.run_points`). With an output path, each finished chunk is
+written atomically to ``<out>.work/chunk_<first>_<stop>.nc`` carrying the sweep's key;
+a rerun of the same sweep reads the chunks whose key and point range match and
+recomputes every other one (a chunk of another sweep, of another chunk size or an
+unreadable one is never used); then the final file is assembled and the work folder is
+removed. An interrupted and resumed sweep gives the same file as an uninterrupted one.
+Without an output path nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from samflow import devices
+from samflow.engine import Setup, run_points
+from samflow.errors import InputError
+from samflow.io import base_attrs, regime_attrs, write_dataset
+from samflow.sweeps.spec import SweepSpec
+
+STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
+DEFAULT_CHUNK = 16384
+
+DIMS = {
+    "regime": (),
+    "limit_coord": (),
+    "first_amplified": (),
+    "n_handoffs": (),
+    "plateau_end_tau": (),
+    "failed_step": (),
+    "blowup_tau": (),
+    "stop_tau": (),
+    "collapsed_to_zero": (),
+    "overflow_guard_hit": (),
+    "solver_failed": (),
+    "dominant": ("time",),
+    "beta_norm": ("time",),
+    "loss": ("time",),
+    "rescaled_tau": ("time",),
+    "final_direction": ("coord",),
+    "takeover_tau": ("coord",),
+    "beta": ("time", "coord"),
+    "theta": ("time", "layer", "coord"),
+    "theta_final": ("layer", "coord"),
+}
+ATTRS = {
+    "limit_coord": {
+        "long_name": "coordinate dominating at the horizon",
+        "comment": "0: beta collapsed to 0; -2: converged to a finite nonzero point",
+    },
+    "first_amplified": {"long_name": "dominant coordinate at the first record after tau = 0"},
+    "n_handoffs": {"long_name": "number of changes of the dominant coordinate"},
+    "plateau_end_tau": {"long_name": "first tau with loss <= plateau_fraction * loss(0)"},
+    "failed_step": {"long_name": "step of the first non-finite record (-1: none)"},
+    "blowup_tau": {"long_name": "finite-time blow-up tau (NaN: none)"},
+    "stop_tau": {"long_name": "tau where the solve ended (horizon or event)"},
+    "collapsed_to_zero": {"long_name": "the solve reached beta = 0 (lower norm event)"},
+    "overflow_guard_hit": {"long_name": "the solve stopped at the overflow guard (L <= 2)"},
+    "solver_failed": {"long_name": "the solver failed (max_steps or a non-finite state)"},
+    "dominant": {"long_name": "dominant coordinate D = argmax_j |beta_j| (0: none)"},
+    "beta_norm": {"long_name": "||beta||_1"},
+    "loss": {"long_name": "logistic loss"},
+    "rescaled_tau": {"long_name": "rescaled time of each record"},
+    "final_direction": {"long_name": "beta / ||beta||_1 at the horizon"},
+    "takeover_tau": {"long_name": "first recorded tau at which coordinate j dominates"},
+    "beta": {"long_name": "predictor beta"},
+    "theta": {"long_name": "parameters theta"},
+    "theta_final": {"long_name": "parameters at the horizon"},
+}
+
+
+def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndarray]]:
+    """Chunk size rounded up to a multiple of the device count, and the index blocks."""
+    if int(chunk) != chunk or chunk < 1:
+        raise InputError(f"chunk must be an integer >= 1, got {chunk}")
+    chunk = max(1, min(int(chunk), size))
+    chunk = -(-chunk // n_devices) * n_devices
+    return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
+
+
+def trajectory_bytes(spec: SweepSpec) -> int:
+    """Bytes the ``beta`` trajectories of the whole grid would take."""
+    return spec.size * len(spec.times()) * spec.d * np.dtype(spec.dtype).itemsize
+
+
+def check_size(spec: SweepSpec, limit_bytes: int | None = None) -> None:
+    """Refuse ``save_trajectories`` when the trajectories would not fit in memory."""
+    if not spec.save_trajectories:
+        return
+    if limit_bytes is None:
+        limit_bytes = int(0.25 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    need = trajectory_bytes(spec)
+    if need > limit_bytes:
+        raise InputError(
+            f"save-trajectories would need {need / 2**30:.1f} GiB for {spec.size} grid points "
+            f"x {len(spec.times())} records x d = {spec.d}, over the limit of "
+            f"{limit_bytes / 2**30:.1f} GiB; shrink the grid or drop save-trajectories"
+        )
+
+
+def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> dict:
+    """Run the grid points ``flat`` (padded to ``chunk_size``); NumPy ``[len(flat), ...]``."""
+    n = len(flat)
+    padded = np.concatenate([flat, np.full(chunk_size - n, flat[-1])])
+    out = run_points(setup, spec.points(padded), spec.times())
+    return {k: v[:n] for k, v in out.items()}
+
+
+def chunk_dataset(chunk: dict[str, np.ndarray], flat: np.ndarray) -> xr.Dataset:
+    return xr.Dataset(
+        {k: (("point", *DIMS[k]), v) for k, v in chunk.items()}, coords={"point": flat}
+    )
+
+
+def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Dataset:
+    """Fill the gridded result from chunk Datasets (preallocated, no concatenation copy)."""
+    axis_names = list(spec.axis_names)
+    times = spec.times()
+    coords = {a.name: a.array() for a in spec.axes}
+    coords["time"] = np.arange(len(times))
+    coords["coord"] = np.arange(1, spec.d + 1)
+    coords["layer"] = np.arange(1, spec.n_layers + 1)
+    data = {}
+    for name, var in chunks[0].data_vars.items():
+        extra = DIMS[name]
+        shape = (spec.size, *(len(coords[e]) for e in extra))
+        flat = np.empty(shape, var.dtype)
+        for ch in chunks:
+            flat[ch["point"].values] = ch[name].values
+        data[name] = (
+            (*axis_names, *extra),
+            flat.reshape(*spec.shape, *shape[1:]),
+            ATTRS.get(name, {}),
+        )
+    if not any("layer" in DIMS[name] for name in data):
+        del coords["layer"]
+    ds = xr.Dataset(data, coords=coords)
+    ds["regime"] = ds["regime"].astype(np.int8)
+    ds["regime"].attrs.update(regime_attrs())
+    if spec.mode == "discrete":
+        ds["step"] = ("time", times, {"long_name": "step index of each record"})
+    else:
+        ds["tau"] = ("time", times, {"long_name": "rescaled time", "symbol": r"$\tau$"})
+    if spec.mu_set:
+        ds["mu_values"] = (("mu", "coord"), np.asarray(spec.mu_set), {"long_name": "mu vector"})
+    ds.attrs = attrs
+    return ds
+
+
+def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
+    """The file attributes of a sweep: what it was run with (not what it varied)."""
+    varied = set(spec.axis_names)
+    return base_attrs(
+        method=spec.rule.name,
+        mode=spec.mode,
+        depth=spec.depth if "depth" not in varied else None,
+        rho=spec.rho if "rho" not in varied else None,
+        alpha=spec.alpha if not varied & {"alpha", "seed"} else None,
+        dtype=spec.dtype,
+        mu=np.asarray(spec.mu) if spec.mu else None,
+        n_points=len(spec.data[1]) if spec.data else 1,
+        axes=" ".join(spec.axis_names),
+        alpha_range=np.asarray(spec.alpha_range) if "seed" in varied else None,
+        collapse_factor=spec.collapse_factor,
+        plateau_fraction=spec.plateau_fraction,
+        flow_formulation=spec.formulation,
+        command_line=history,
+        **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
+    )
+
+
+def _read_chunk(path: Path, key: str, flat: np.ndarray) -> xr.Dataset | None:
+    """The chunk at ``path`` if it is readable, of sweep ``key`` and holds exactly ``flat``."""
+    try:
+        ds = xr.load_dataset(path)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    if ds.attrs.get("sweep_key") != key or not np.array_equal(ds["point"].values, flat):
+        return None
+    return ds
+
+
+def run(
+    spec: SweepSpec,
+    out: str | os.PathLike | None = None,
+    *,
+    chunk: int = DEFAULT_CHUNK,
+    history: str | None = None,
+    progress: bool = False,
+    size_limit_bytes: int | None = None,
+) -> xr.Dataset:
+    """Run ``spec``; with ``out``, resumably into that file (see the module docstring)."""
+    from tqdm.auto import tqdm
+
+    check_size(spec, size_limit_bytes)
+    devices.start_distributed()
+    setup = spec.setup()
+    chunk_size, blocks = chunk_plan(spec.size, chunk, len(devices.mesh().devices.flat))
+    attrs = sweep_attrs(spec, history)
+    bar = tqdm(total=spec.size, desc="sweep", unit="point", disable=not progress)
+    if out is None:
+        chunks = []
+        for flat in blocks:
+            chunks.append(chunk_dataset(compute(setup, spec, flat, chunk_size), flat))
+            bar.update(len(flat))
+        bar.close()
+        return assemble(spec, chunks, attrs)
+
+    out = Path(out)
+    work = out.with_name(out.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    key = spec.key()
+    key_file = work / "spec.json"
+    if key_file.exists() and json.loads(key_file.read_text()).get("key") != key:
+        raise InputError(
+            f"{work} holds chunks of a different sweep; remove it or choose another out"
+        )
+    key_file.write_text(json.dumps({"key": key, "history": history}))
+    paths = [work / f"chunk_{b[0]:012d}_{b[-1] + 1:012d}.nc" for b in blocks]
+    found = [
+        _read_chunk(p, key, b) if p.exists() else None for p, b in zip(paths, blocks, strict=True)
+    ]
+    todo = devices.agreed(np.array([ch is None for ch in found]))
+    stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
+    done_now = 0
+    for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
+        if todo[i]:
+            ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat)
+            ds.attrs["sweep_key"] = key
+            if devices.is_writer():
+                write_dataset(ds, path)
+            found[i] = ds
+            done_now += 1
+            if stop_after and done_now >= stop_after:
+                bar.close()
+                raise KeyboardInterrupt(f"stopped after {done_now} chunks ({STOP_AFTER_ENV})")
+        bar.update(len(flat))
+    bar.close()
+    devices.barrier("samflow: every chunk written")
+    # A process that did not see a chunk process 0 found reads it now (shared disk).
+    found = [xr.load_dataset(p) if ch is None else ch for p, ch in zip(paths, found, strict=True)]
+    ds = assemble(spec, found, attrs)
+    if devices.is_writer():
+        write_dataset(ds, out)
+        shutil.rmtree(work, ignore_errors=True)
+    return ds
