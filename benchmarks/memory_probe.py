@@ -1,7 +1,7 @@
 """Peak resident memory of one discrete sweep through the engine, in a fresh process.
 
 ``python -m benchmarks.memory_probe POINTS STEPS DTYPE CHUNK`` runs every chunk as
-``run_sweep`` does (each chunk's summaries are dropped once made, where ``run_sweep``
+``samflow.sweep`` does (each chunk's summaries are dropped once made, where the store
 writes them to disk) and prints one JSON line with the peak RSS (VmHWM) of the process.
 """
 
@@ -21,19 +21,19 @@ def vm_hwm_bytes() -> int:
 
 def main() -> None:
     points, steps, dtype, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-    from samflow.sweep import use_cpu_cores
+    from samflow.devices import use_cpu_cores
 
     use_cpu_cores()
     import jax
 
     from benchmarks.bench import l2_spec
-    from samflow.sweep import chunk_plan, make_chunk_fn, run_chunk
+    from samflow.sweeps.store import chunk_plan, compute
 
     spec = l2_spec(points, depth=2, d=4, steps=steps, dtype=dtype)
-    fn = make_chunk_fn(spec)
+    setup = spec.setup()
     size, blocks = chunk_plan(spec.size, chunk, len(jax.devices()))
     for flat in blocks:
-        run_chunk(spec, fn, flat, size)
+        compute(setup, spec, flat, size)
     print(json.dumps({"points": spec.size, "peak_rss_bytes": vm_hwm_bytes()}))
 
 

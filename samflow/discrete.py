@@ -5,7 +5,7 @@ the steps. The schedule (which step indices are recorded) is a concrete array sh
 by every trajectory of a sweep, so vmapping over grid points never batches the loop
 bounds. Record 0 is the initial state (step 0, tau 0).
 
-Rescaled time (THEORY section 3): for one data point ``tau_{t+1} = tau_t + eta |l'(z~_t)|``
+Rescaled time (docs/theory.md §3): for one data point ``tau_{t+1} = tau_t + eta |l'(z~_t)|``
 with ``z~`` the margin at the perturbed point; for n > 1 the loss does not factor out
 and ``tau`` is the plain time ``eta * t``.
 
@@ -102,7 +102,7 @@ def simulate(
     def grad_fn(theta):
         return grad_and_aux(theta, problem, mask)
 
-    # One data point: the ascent direction needs no loss derivative (THEORY section 3).
+    # One data point: the ascent direction needs no loss derivative (docs/theory.md §3).
     ascent_fn = None
     if problem.X.shape[0] == 1:
 

@@ -1,4 +1,4 @@
-"""Continuous-time flows with diffrax (THEORY sections 3 and 4).
+"""Continuous-time flows with diffrax (docs/theory.md §3 and §4).
 
 One data point (``x = mu``, ``y = +1``): the *rescaled* flow in ``tau``,
 
@@ -30,7 +30,7 @@ Three formulations, chosen by :func:`formulation_for` (or forced with
 Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` leaves
 ``(log max|beta(0)| - singular_log_range, log_beta_max)``.
 
-- Upper edge: for L >= 3 this is the finite-time blow-up of THEORY section 4 and its
+- Upper edge: for L >= 3 this is the finite-time blow-up of docs/theory.md §4 and its
   ``tau`` is reported (``blowup``). Near it ``beta ~ (tau* - tau)^(-L/(L-2))``, so the
   edge is lowered to ``L/(L-2) * singular_log_range``: a higher one would ask for tau
   closer to tau* than the dtype resolves. For L <= 2 it guards against overflow

@@ -14,7 +14,7 @@ from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES, UNRESOLVED_HOW
 
 
 def regime_attrs() -> dict:
-    """CF flag attributes of a regime variable (THEORY section 6 codes)."""
+    """CF flag attributes of a regime variable (docs/theory.md §6 codes)."""
     return {
         "long_name": "regime of the trajectory",
         "flag_values": np.array(FLAG_VALUES, dtype=np.int8),

@@ -1,4 +1,4 @@
-"""L-layer linear diagonal network with logistic loss (THEORY sections 1 and 7b).
+"""L-layer linear diagonal network with logistic loss (docs/theory.md §1 and §7b).
 
 Parameters are one array ``theta`` of shape ``[L_max, d]``; row ``l`` is the layer
 ``w^(l+1)``. A network of depth ``L <= L_max`` keeps rows ``L..L_max-1`` equal to one:
@@ -113,7 +113,7 @@ class DiagAux(NamedTuple):
     Fields:
         loss: ``[*batch]`` loss at the evaluated parameters.
         lprime_abs: ``[*batch]`` ``|l'(z)|`` when n = 1 (the rescaling factor of
-            THEORY section 3); for n > 1 the flow is not rescaled and this is 1.
+            docs/theory.md §3); for n > 1 the flow is not rescaled and this is 1.
     """
 
     loss: Array
@@ -125,7 +125,7 @@ def _masked(g: Array, mask: Array | None) -> Array:
 
 
 def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Array, DiagAux]:
-    """Explicit gradient of THEORY section 1, ``[L_max, d, *batch]``, padding rows zero.
+    """Explicit gradient of docs/theory.md §1, ``[L_max, d, *batch]``, padding rows zero.
 
     ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with
     ``l'(z) = -sigmoid(-z)``; ``mask`` from :func:`layer_mask`, or None when no row is
@@ -144,7 +144,7 @@ def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Arra
     """For one data point, ``-y x_j prod_{k != l} w^(k)_j``: the gradient over ``|l'(z)|``.
 
     With one point the gradient is ``l'(z) y x * P`` and ``l'(z) < 0``, so this is a
-    positive multiple of it (THEORY section 3). A scale-invariant perturbation rule gets
+    positive multiple of it (docs/theory.md §3). A scale-invariant perturbation rule gets
     the same ``eps`` from it without evaluating ``l'(z)``: the ascent step costs no
     sigmoid, and the direction survives where ``l'(z)`` underflows.
     """

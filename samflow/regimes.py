@@ -1,4 +1,4 @@
-"""Regime classification of a trajectory (THEORY section 6), record by record.
+"""Regime classification of a trajectory (docs/theory.md §6), record by record.
 
 For records ``beta(tau_1..tau_T)`` (record 0, ``tau = 0``, is the initial state and is
 excluded) and only records before the horizon actually reached (``valid``):

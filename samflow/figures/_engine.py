@@ -2,38 +2,32 @@
 
 ``samflow figures`` builds every figure in one process. A flow sweep's program takes
 ~20 s to compile (diffrax, events) and ~0.1 s to run a quick grid, so the figures
-would spend nearly all their time compiling. :func:`sweep` therefore keeps one jitted
-program per static configuration (method, mode, formulation, what is saved) and feeds
-it inputs of a few standard shapes: the grid is cut into chunks of ``batch`` points
-(the last one padded), parameters are padded to ``layers`` layers of ones (THEORY 7b:
-padding rows change nothing), and the record times are an argument of the program.
+would spend nearly all their time compiling. The point runner caches one program per
+:class:`samflow.engine.Setup` (rule, runner settings, dtype, what is kept), and
+:func:`sweep` feeds it inputs of a few standard shapes: the grid is cut into chunks
+of ``batch`` points (the last one padded), parameters are padded to ``layers`` layers
+of ones (docs/theory.md §7b: padding rows change nothing), and the record times are
+an argument of the program.
 
-It runs the engine's own pieces (:func:`samflow.sweep.point_inputs`,
-:func:`samflow.sweep.make_chunk_fn`, :func:`samflow.sweep.assemble`), not a copy of
-the physics. It writes nothing: the figure script saves the Dataset beside its figure.
+It runs the engine's own pieces (:meth:`samflow.sweeps.spec.SweepSpec.points`,
+:func:`samflow.engine.run_points`, :func:`samflow.sweeps.store.assemble`), not a copy
+of the physics. It writes nothing: the figure script saves the Dataset beside its figure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 
-import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from samflow.discrete import check_rates
-from samflow.precision import precision
-from samflow.sweep import (
-    SweepSpec,
-    _labels,
-    assemble,
-    check_axes,
-    chunk_dataset,
-    flow_formulation,
-    make_chunk_fn,
-    point_inputs,
-    sweep_attrs,
-)
+from samflow import devices
+from samflow.engine import run_points
+from samflow.rules import get_rule
+from samflow.runners import Discrete, Flow
+from samflow.sweeps.axes import Axis
+from samflow.sweeps.spec import SweepSpec
+from samflow.sweeps.store import assemble, chunk_dataset, chunk_plan, sweep_attrs
 
 MU = (1.0, 2.0, 3.0, 4.0)
 LAYERS = 4  # every d = 4 sweep is padded to this depth: one program serves L = 1..4
@@ -42,49 +36,60 @@ LAYERS = 4  # every d = 4 sweep is padded to this depth: one program serves L = 
 QUICK_BATCH, QUICK_DISCRETE_BATCH, FULL_BATCH = 256, 64, 2048
 QUICK_FLOW_RECORDS, FULL_FLOW_RECORDS = 161, 401
 DISCRETE_RECORDS = 401
-
-_PROGRAMS: dict[tuple, object] = {}
-
-
-@dataclass(frozen=True)
-class AtTimes(SweepSpec):
-    """A sweep recorded at given times (flow: ``tau``; discrete: step indices), both
-    starting at 0, instead of the spec's own schedule (e.g. log-spaced steps)."""
-
-    times: tuple = ()
-
-    def time_points(self) -> np.ndarray:
-        if not self.times:
-            return super().time_points()
-        return np.asarray(self.times, np.int64 if self.mode == "discrete" else np.float64)
+FLOW_SETTINGS = {"rtol": 1e-6, "atol": 1e-9, "max_steps": 20_000}
+"""The figures' solver settings: looser than the library's defaults (samflow.Flow), which
+the regime maps do not need; checked against tighter ones in docs/figures.md."""
 
 
-def at_times(spec: SweepSpec, times: np.ndarray) -> AtTimes:
-    kept = {f.name: getattr(spec, f.name) for f in fields(SweepSpec)}
-    return AtTimes(**kept, times=tuple(np.asarray(times).tolist()))
-
-
-def _program(spec: SweepSpec):
-    """The jitted chunk program of ``spec`` (shared by every spec with the same statics).
-
-    It always returns the trajectories ``beta``; :func:`sweep` drops them unless asked,
-    so that sweeps with and without them share one program.
-    """
-    key = (
-        spec.method,
-        spec.mode,
-        flow_formulation(spec) if spec.mode == "flow" else None,
-        spec.collapse_factor,
-        spec.plateau_fraction,
-        spec.rtol,
-        spec.atol,
-        spec.max_steps,
-        spec.dtype,
+def figure_spec(
+    method: str,
+    mode: str,
+    *,
+    depth: int,
+    axes: tuple[Axis, ...],
+    rho: float | None = None,
+    alpha: float = 1.0,
+    mu: tuple = MU,
+    data: tuple = (),
+    eta: float = 0.01,
+    steps: int = 2000,
+    record_every: int | None = None,
+    tau_max: float = 50.0,
+    n_save: int = 60,
+    save_trajectories: bool = False,
+) -> SweepSpec:
+    """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS)."""
+    if mode == "discrete":
+        runner = Discrete(eta=eta, steps=steps, record_every=record_every)
+    else:
+        runner = Flow(tau_max=tau_max, n_save=n_save, **FLOW_SETTINGS)
+    return SweepSpec(
+        rule=get_rule(method),
+        runner=runner,
+        depth=depth,
+        axes=tuple(axes),
+        alpha=alpha,
+        rho=rho,
+        mu=() if data else tuple(mu),
+        data=data,
+        save_trajectories=save_trajectories,
     )
-    if key not in _PROGRAMS:
-        # Parameters are padded here beyond the spec's own depth: rows may be padding.
-        _PROGRAMS[key] = make_chunk_fn(replace(spec, save_trajectories=True), padding=True)
-    return _PROGRAMS[key]
+
+
+def at_times(spec: SweepSpec, times: np.ndarray | None) -> SweepSpec:
+    """``spec`` recorded at ``times`` (flow: ``tau``; discrete: step indices, from 0)."""
+    if times is None:
+        return spec
+    if spec.mode == "discrete":
+        runner = replace(
+            spec.runner,
+            record_every=None,
+            log_records=None,
+            record_steps=tuple(int(t) for t in times),
+        )
+    else:
+        runner = replace(spec.runner, tau_min=None, save_tau=tuple(float(t) for t in times))
+    return replace(spec, runner=runner)
 
 
 def sweep(
@@ -96,7 +101,7 @@ def sweep(
     times: np.ndarray | None = None,
     overrides: dict[str, np.ndarray] | None = None,
 ) -> xr.Dataset:
-    """Run ``spec`` and return the Dataset :func:`samflow.sweep.run_sweep` would write.
+    """Run ``spec`` and return the Dataset :func:`samflow.sweep` would give.
 
     ``quick``: quick-build batch sizes (shared programs) or full-build ones;
     ``layers``: pad parameters to this many layers (None: the spec's own depth);
@@ -106,45 +111,30 @@ def sweep(
     replacing those the grid gives (``theta0`` ``[size, L, d]``, ``rho`` ``[size]``, grid
     points in C order).
     """
-    check_rates(spec.method, spec.rho if spec.method != "gd" else None, spec.eta)
-    check_axes(list(spec.axes), spec.mode)
-    fn = _program(spec)
-    batch = batch_size(quick, spec) if batch is None else batch
     n_layers = spec.n_layers if layers is None else layers
     if n_layers < spec.n_layers:
         raise ValueError(f"layers = {n_layers} is below the sweep's depth {spec.n_layers}")
-    if times is not None:
-        spec = at_times(spec, times)
-    times = spec.time_points()
+    keep_beta = spec.save_trajectories
+    # Always keep beta and allow padding rows: sweeps with and without share a program.
+    spec = replace(at_times(spec, times), save_trajectories=True, pad_layers=n_layers)
+    setup = replace(spec.setup(), padding=True)
+    batch = batch_size(quick, spec) if batch is None else batch
+    batch, blocks = chunk_plan(spec.size, batch, len(devices.mesh().devices.flat))
     chunks = []
-    for start in range(0, spec.size, batch):
-        flat = np.arange(start, min(start + batch, spec.size))
+    for flat in blocks:
         padded = np.concatenate([flat, np.full(batch - len(flat), flat[-1])])
-        inputs = point_inputs(spec, padded)
+        points = spec.points(padded)
         for key, value in (overrides or {}).items():
-            inputs[key] = np.asarray(value, dtype=np.float64)[padded]
-        theta0 = inputs["theta0"]
-        pad = np.ones((batch, n_layers - theta0.shape[1], theta0.shape[2]))
-        inputs["theta0"] = np.concatenate([theta0, pad], axis=1)
-        with precision(spec.dtype) as dt:
-            args = {k: jnp.asarray(v, jnp.int32 if k == "depth" else dt) for k, v in inputs.items()}
-            if spec.mode == "discrete":
-                t = jnp.asarray(times, jnp.int64 if dt == np.float64 else jnp.int32)
-            else:
-                t = jnp.asarray(times, dt)
-            out = fn(
-                args["theta0"],
-                args["X"],
-                jnp.asarray(_labels(spec), dt),
-                args["depth"],
-                args["rho"],
-                args["eta"],
-                t,
-            )
-            if not spec.save_trajectories:
-                out.pop("beta")
-            out = {k: np.asarray(v)[: len(flat)] for k, v in out.items()}
-        chunks.append(chunk_dataset(out, flat))
+            value = np.asarray(value, dtype=np.float64)[padded]
+            if key == "theta0":  # given with the spec's own layers: pad to n_layers
+                pad = np.ones((batch, n_layers - value.shape[1], value.shape[2]))
+                value = np.concatenate([value, pad], axis=1)
+            points = points._replace(**{key: value})
+        out = run_points(setup, points, spec.times())
+        if not keep_beta:
+            out.pop("beta")
+        chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat))
+    spec = replace(spec, save_trajectories=keep_beta)
     return assemble(spec, chunks, sweep_attrs(spec, None))
 
 
@@ -202,9 +192,9 @@ def up_to_blowup(
     ``blew``) and ``blew``, a bool grid array.
     """
     size = spec.size
-    inputs = point_inputs(spec, np.arange(size))
-    depth = inputs["depth"].astype(float)
-    horizon = float(spec.time_points()[-1])
+    inputs = spec.points(np.arange(size))
+    depth = np.broadcast_to(inputs.depth, (size,)).astype(float)
+    horizon = float(spec.times()[-1])
     stop = ds["stop_tau"].values.reshape(size)
     failed = ds["regime"].values.reshape(size) == -1
     blowup = np.isfinite(ds["blowup_tau"].values.reshape(size))
@@ -213,7 +203,7 @@ def up_to_blowup(
         return None, blew.reshape(spec.shape)
     T = float(stop[blew].max())
     c = np.where(blew, (np.where(blew, stop, T) / T) ** (1.0 / np.maximum(depth - 2, 1)), 1.0)
-    theta0 = inputs["theta0"]
+    theta0 = inputs.theta0
     rows = np.arange(theta0.shape[1])[None, :, None] < depth[:, None, None]
     theta0 = np.where(rows, theta0 * c[:, None, None], 1.0)
     rerun = sweep(
@@ -221,7 +211,7 @@ def up_to_blowup(
         quick=quick,
         layers=layers,
         times=T * relative_times(QUICK_FLOW_RECORDS if quick else FULL_FLOW_RECORDS, delta),
-        overrides={"theta0": theta0, "rho": inputs["rho"] * c},
+        overrides={"theta0": theta0, "rho": inputs.rho * c},
     )
     for name in ("tau", "stop_tau", "blowup_tau", "takeover_tau", "plateau_end_tau"):
         rerun[name] = rerun[name] / T

@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import MU, flow_times, sweep, up_to_blowup
+from samflow.figures._engine import MU, figure_spec, flow_times, sweep, up_to_blowup
 from samflow.plotting import (
     category_legend,
     coordinate_colours,
@@ -27,7 +27,7 @@ from samflow.plotting import (
     mu_label,
     save_figure_set,
 )
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 
 RHO, TAU_MAX = 1.0, 40.0
 DEPTHS = (1, 2, 3, 4)
@@ -39,9 +39,7 @@ def run(quick: bool) -> dict:
         parse_axis(f"alpha=0.05:5:{n_alpha}:log"),
         parse_axis("depth=" + ",".join(str(L) for L in DEPTHS)),
     )
-    spec = SweepSpec(
-        method="sam-l2", mode="flow", depth=2, axes=axes, rho=RHO, mu=MU, tau_max=TAU_MAX
-    )
+    spec = figure_spec("sam-l2", "flow", depth=2, axes=axes, rho=RHO, mu=MU, tau_max=TAU_MAX)
     ds = sweep(spec, quick=quick, times=flow_times(TAU_MAX, quick, tau_min=1e-3))
     near, blew = up_to_blowup(spec, ds, quick)
     return {"": ds, "blowup": near, "blew": blew}

@@ -8,7 +8,7 @@ only changes the speed, ``beta = alpha + tau mu`` in rescaled time for all three
 (white dotted: that closed form at each run's own tau, a check). L = 2 (right, the
 contrast): l2-SAM turns towards e_4, the l1 max-margin direction (cosine
 4/||mu|| = 0.73), GD too but more slowly, and linf-SAM to e_1 (cosine 0.18): only
-alpha_1 starts above rho (THEORY section 4, the initialisation-dependent limit).
+alpha_1 starts above rho (docs/theory.md §4, the initialisation-dependent limit).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import MU, log_steps, sweep
+from samflow.figures._engine import MU, figure_spec, log_steps, sweep
 from samflow.plotting import OKABE_ITO, mu_label, save_figure_set
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 from samflow.theory import l1_max_margin_direction, l2_max_margin_direction
 
 ALPHA = (0.4, 0.2, 0.1, 0.05)
@@ -44,9 +44,9 @@ def run(quick: bool) -> dict:
     axes = (*scales, parse_axis("depth=1,2"))
     out = {}
     for label, (method, rho) in METHODS.items():
-        spec = SweepSpec(
-            method=method,
-            mode="discrete",
+        spec = figure_spec(
+            method,
+            "discrete",
             depth=1,
             axes=axes,
             rho=rho,

@@ -1,7 +1,7 @@
 """Figure 9: discrete l2-SAM against its rescaled flow, error against the step size.
 
 L = 2, mu = (1, 2, 3, 4), rho = 1, alpha = 0.5. The discrete run reads rescaled time
-``tau_{t+1} = tau_t + eta |l'(z~_t)|`` (THEORY section 3); its beta is interpolated
+``tau_{t+1} = tau_t + eta |l'(z~_t)|`` (docs/theory.md §3); its beta is interpolated
 linearly in tau at ``tau = 0.5`` and compared with the flow there. As eta -> 0 the
 error should fall like eta (slope 1). Right: the trajectories themselves.
 """
@@ -15,9 +15,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import NullFormatter
 
-from samflow.figures._engine import DISCRETE_RECORDS, MU, flow_times, sweep
+from samflow.figures._engine import DISCRETE_RECORDS, MU, figure_spec, flow_times, sweep
 from samflow.plotting import OKABE_ITO, coord_style, mu_label, save_figure_set
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 
 ALPHA, RHO, TAU_AT, TAU_SHOW = 0.5, 1.0, 0.5, 0.8
 ETAS = (0.08, 0.04, 0.02, 0.01, 0.005)
@@ -25,9 +25,9 @@ ETAS = (0.08, 0.04, 0.02, 0.01, 0.005)
 
 def run(quick: bool) -> dict:
     steps = DISCRETE_RECORDS - 1  # one record per step: enough for eta >= 0.005 to pass tau = 0.5
-    disc = SweepSpec(
-        method="sam-l2",
-        mode="discrete",
+    disc = figure_spec(
+        "sam-l2",
+        "discrete",
         depth=2,
         axes=(parse_axis("eta=" + ",".join(str(e) for e in ETAS)),),
         alpha=ALPHA,
@@ -37,9 +37,9 @@ def run(quick: bool) -> dict:
         record_every=1,
         save_trajectories=True,
     )
-    flow = SweepSpec(
-        method="sam-l2",
-        mode="flow",
+    flow = figure_spec(
+        "sam-l2",
+        "flow",
         depth=2,
         axes=(parse_axis(f"alpha={ALPHA}"),),
         rho=RHO,

@@ -1,7 +1,7 @@
 """Figure 4: the initialisation-dependent limit of linf-SAM, d = 2, mu = (1, 2), rho = 1.
 
 Balanced initialisation ``w^(l) = (alpha_1, alpha_2)`` in every layer; the map shows
-which coordinate beta ends up along. L = 2 (THEORY section 4): coordinates with
+which coordinate beta ends up along. L = 2 (docs/theory.md §4): coordinates with
 ``alpha_j < rho`` decay to 0, the others grow like ``exp(mu_j tau)``, so the limit is
 ``e_j*`` with ``j* = argmax{mu_j : alpha_j > rho}`` -- the minor coordinate wins when
 only it starts above rho -- and beta collapses when both start below. L = 3 (odd):
@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import flow_times, sweep, up_to_blowup
+from samflow.figures._engine import figure_spec, flow_times, sweep, up_to_blowup
 from samflow.plotting import (
     OKABE_ITO,
     category_legend,
@@ -33,7 +33,7 @@ from samflow.plotting import (
     save_figure_set,
 )
 from samflow.regimes import LIMIT_FINITE
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 from samflow.theory import blowup_tau, linf_limit_index
 
 MU2 = (1.0, 2.0)
@@ -62,9 +62,7 @@ def run(quick: bool) -> dict:
         parse_axis(f"alpha_2=0.1:10:{n}:log", d=2),
         parse_axis("depth=2,3"),
     )
-    spec = SweepSpec(
-        method="sam-linf", mode="flow", depth=2, axes=axes, rho=RHO, mu=MU2, tau_max=TAU_MAX
-    )
+    spec = figure_spec("sam-linf", "flow", depth=2, axes=axes, rho=RHO, mu=MU2, tau_max=TAU_MAX)
     ds = sweep(spec, layers=None, quick=quick, times=flow_times(TAU_MAX, quick, 1e-3))
     near, blew = up_to_blowup(spec, ds, quick, layers=None)
     return {"": ds, "blowup": near, "blew": blew}

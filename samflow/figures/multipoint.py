@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import log_steps, sweep
+from samflow.figures._engine import figure_spec, log_steps, sweep
 from samflow.plotting import (
     REGIME_COLOURS,
     REGIME_NAMES,
@@ -29,7 +29,7 @@ from samflow.plotting import (
     mu_label,
     save_figure_set,
 )
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 
 SCALES = (0.5, 1.0, 2.0, 4.0)
 RHO, ETA = 1.0, 0.05
@@ -51,9 +51,9 @@ def run(quick: bool) -> dict:
         X, y = make_data(n)
         data = (tuple(map(tuple, X.tolist())), tuple(y.tolist()))
         for key, rho in (("l2sam", RHO), ("gd", 0.0)):
-            spec = SweepSpec(
-                method="sam-l2",
-                mode="discrete",
+            spec = figure_spec(
+                "sam-l2",
+                "discrete",
                 depth=2,
                 axes=(parse_axis(f"alpha=0.05:2:{n_alpha}:log"),),
                 rho=rho,

@@ -1,6 +1,6 @@
 """Figure 1: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it.
 
-The instantaneous bounds of THEORY section 4 are drawn over the measured map: below
+The instantaneous bounds of docs/theory.md §4 are drawn over the measured map: below
 ``alpha = rho mu_1 / (sqrt 2 ||mu||)`` every coordinate shrinks at tau = 0; above
 ``alpha = sqrt 2 rho mu_d / ||mu||`` the major coordinate grows fastest from the start.
 They are bounds, not the boundaries: the map shows where the regimes really change.
@@ -14,8 +14,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from samflow.figures._engine import figure_spec
 from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
-from samflow.sweep import SweepSpec, parse_axis, run_sweep
+from samflow.sweeps.axes import parse_axis
+from samflow.sweeps.store import run
 from samflow.theory import l2sam_l2_alpha_bounds
 
 MU = (1.0, 2.0, 3.0, 4.0)
@@ -26,12 +28,8 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
     axes = (parse_axis(f"alpha=0.01:10:{n_alpha}:log"), parse_axis(f"rho=0.05:5:{n_rho}:log"))
     datasets = {}
     for method in ("sam-l2", "gd"):
-        spec = SweepSpec(
-            method=method, mode="flow", depth=2, axes=axes, rho=1.0, mu=MU, tau_max=200.0, n_save=80
-        )
-        work = Path(out_dir) / f".phase_l2_{method}.nc"
-        datasets[method] = run_sweep(spec, work, chunk=4096, progress=False)
-        work.unlink(missing_ok=True)
+        spec = figure_spec(method, "flow", depth=2, axes=axes, mu=MU, tau_max=200.0, n_save=80)
+        datasets[method] = run(spec, chunk=4096)
     fig, axs = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     rho = datasets["sam-l2"]["rho"].values
     lo, hi = np.array([l2sam_l2_alpha_bounds(MU, r) for r in rho]).T

@@ -5,7 +5,7 @@ it the colour is the coordinate j with the largest |beta_j| at rescaled time tau
 Medium alpha climbs the staircase minor -> major (sequential amplification); small
 alpha collapses (grey); large alpha is led by the major coordinate 4 throughout, as
 GD is for every alpha (right panel: GD is the same program with rho = 0). Dashed
-lines: the instantaneous bounds of THEORY section 4 (bounds, not boundaries); the
+lines: the instantaneous bounds of docs/theory.md §4 (bounds, not boundaries); the
 strip between the panels is the measured regime of each row.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import MU, flow_times, sweep
+from samflow.figures._engine import MU, figure_spec, flow_times, sweep
 from samflow.plotting import (
     REGIME_COLOURS,
     REGIME_NAMES,
@@ -28,7 +28,7 @@ from samflow.plotting import (
     mu_label,
     save_figure_set,
 )
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 from samflow.theory import l2sam_l2_alpha_bounds
 
 RHO, TAU_MAX = 1.0, 40.0
@@ -40,9 +40,7 @@ def run(quick: bool) -> dict:
     times = flow_times(TAU_MAX, quick, tau_min=1e-3)
     out = {}
     for key, rho in (("l2sam", RHO), ("gd", 0.0)):
-        spec = SweepSpec(
-            method="sam-l2", mode="flow", depth=2, axes=axes, rho=rho, mu=MU, tau_max=TAU_MAX
-        )
+        spec = figure_spec("sam-l2", "flow", depth=2, axes=axes, rho=rho, mu=MU, tau_max=TAU_MAX)
         ds = sweep(spec, quick=quick, times=times)
         if rho == 0.0:
             ds.attrs["note"] = "GD: the sam-l2 flow with rho = 0 (eps is scaled by rho)"

@@ -15,18 +15,18 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import MU, flow_times, sweep
+from samflow.figures._engine import MU, figure_spec, flow_times, sweep
 from samflow.plotting import REGIME_NAMES, coord_style, mu_label, save_figure_set
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 
 RHO, TAU_MAX = 1.0, 40.0
 ALPHAS = (0.3, 0.5, 3.0)
 
 
 def run(quick: bool):
-    spec = SweepSpec(
-        method="sam-l2",
-        mode="flow",
+    spec = figure_spec(
+        "sam-l2",
+        "flow",
         depth=2,
         axes=(parse_axis("alpha=" + ",".join(str(a) for a in ALPHAS)),),
         rho=RHO,

@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import MU, flow_times, sweep
+from samflow.figures._engine import MU, figure_spec, flow_times, sweep
 from samflow.plotting import (
     category_legend,
     coordinate_colours,
@@ -29,7 +29,7 @@ from samflow.plotting import (
     regime_legend,
     save_figure_set,
 )
-from samflow.sweep import SweepSpec, parse_axis
+from samflow.sweeps.axes import parse_axis
 from samflow.theory import l2sam_l2_alpha_bounds
 
 TAU_MAX, TAU_EARLY = 200.0, 0.1
@@ -43,9 +43,7 @@ def run(quick: bool) -> dict:
     times[np.argmin(np.abs(times - TAU_EARLY))] = TAU_EARLY
     out = {}
     for key, (method, _) in METHODS.items():
-        spec = SweepSpec(
-            method=method, mode="flow", depth=2, axes=axes, rho=1.0, mu=MU, tau_max=TAU_MAX
-        )
+        spec = figure_spec(method, "flow", depth=2, axes=axes, mu=MU, tau_max=TAU_MAX)
         out[key] = sweep(spec, quick=quick, times=times)
     return out
 
