@@ -1,4 +1,4 @@
-"""Closed forms of THEORY section 4 (balanced initialisation, one point x = mu).
+"""Closed forms of docs/theory.md §4 (balanced initialisation, one point x = mu).
 
 Balanced means every layer equals the same vector ``alpha`` ``[d]`` (or a scalar);
 all layers then stay equal to ``u(tau)`` and ``beta = u^L``. These functions are the
@@ -63,7 +63,9 @@ def linf_l2_u(alpha, mu, rho: float, tau) -> np.ndarray:
 def linf_limit_index(alpha, mu, rho: float) -> int:
     """linf-SAM L = 2 limit direction ``e_j*``: ``j* = argmax{mu_j : alpha_j > rho}``.
 
-    Returns the label 1..d, or 0 when every ``alpha_j <= rho`` (beta collapses to 0).
+    Returns the label 1..d, or 0 when no ``alpha_j > rho``: beta collapses to 0 when
+    every ``alpha_j < rho``; a coordinate with ``alpha_j = rho`` exactly is a fixed
+    point, so beta then converges to a finite nonzero point instead (also 0 here).
     """
     alpha, mu = _vec(alpha, mu)
     grows = alpha > rho
@@ -78,16 +80,58 @@ def l2sam_l1_u(alpha, mu, tau) -> np.ndarray:
 
 
 def l2sam_l2_alpha_bounds(mu, rho: float) -> tuple[float, float]:
-    """Instantaneous bounds at tau = 0 for uniform alpha, L = 2 (THEORY section 4).
+    """Instantaneous bounds at tau = 0 for uniform alpha, L = 2 (docs/theory.md §4.3).
 
     With ``N_0 = sqrt(2) alpha ||mu||`` and ``d log u_j/dtau = mu_j (1 - rho mu_j / N)``:
     every coordinate shrinks when ``alpha < rho mu_min / (sqrt(2) ||mu||)`` (collapse
     bound); the major coordinate grows fastest from the start when
-    ``alpha >= sqrt(2) rho mu_max / ||mu||`` (direct bound). Bounds, not boundaries.
+    ``alpha >= sqrt(2) rho mu_max / ||mu||`` (direct bound). Bounds, not boundaries:
+    the exact sequential/direct edge is :func:`l2sam_l2_direct_edge`, below this bound.
     """
     mu = np.asarray(mu, dtype=np.float64)
     norm = np.linalg.norm(mu)
     return rho * mu.min() / (np.sqrt(2) * norm), np.sqrt(2) * rho * mu.max() / norm
+
+
+def l2sam_l2_direct_edge(mu, rho: float) -> float:
+    """Exact sequential/direct edge in uniform alpha for balanced l2-SAM at L = 2.
+
+    Derivation (docs/theory.md §4.4). With every layer equal to ``u`` the flow is
+    ``d log u_j/dtau = g_j = mu_j (1 - rho mu_j / N)``, ``N = ||m||_2 =
+    sqrt(2 sum_k mu_k^2 u_k^2)``. For two coordinates
+
+        g_j - g_d = (mu_j - mu_d) - rho (mu_j^2 - mu_d^2) / N
+                  = (mu_j - mu_d) (1 - rho (mu_j + mu_d) / N),
+
+    so with ``mu_j < mu_d`` the major coordinate ``d`` grows faster than ``j`` iff
+    ``N > rho (mu_j + mu_d)``; the binding ``j`` is the runner-up ``d-1``. From a
+    uniform start (all ``|beta_j|`` tied, ``N_0 = sqrt(2) alpha ||mu||``):
+
+    - ``N_0 < rho (mu_{d-1} + mu_d)``: ``g_{d-1} > g_d`` at tau = 0, so ``d`` does not
+      lead at small tau > 0 (not direct);
+    - ``N_0 >= rho (mu_{d-1} + mu_d)``: then ``N_0 > rho mu_d``, every ``g_k > 0``, so
+      every ``u_k`` and hence ``N`` grows, and ``N`` never falls back below ``N_0``;
+      so ``N(tau) > rho (mu_j + mu_d)`` for every ``j < d`` and tau > 0, ``g_d > g_j``
+      throughout, and ``log u_d - log u_j = int_0^tau (g_d - g_j) > 0``: ``d`` leads
+      at every tau > 0 (proven for the flow, not only observed).
+
+    Hence the edge ``alpha* = rho (mu_(d) + mu_(d-1)) / (sqrt(2) ||mu||_2)`` with
+    ``mu_(d) > mu_(d-1)`` the two largest entries (0.9037 for mu = (1, 2, 3, 4),
+    rho = 1). It is linear in rho: at L = 2 the flow depends on alpha / rho only.
+    A classifier that sees recorded times only can call points just below it direct
+    (their non-major lead ends before the first record).
+
+    Args:
+        mu: ``[d]`` the data point, every entry > 0, d >= 2, largest entry unique.
+        rho: the SAM radius, >= 0.
+    """
+    mu = np.asarray(mu, dtype=np.float64)
+    if mu.ndim != 1 or mu.size < 2 or not np.all(np.isfinite(mu)) or np.any(mu <= 0):
+        raise ValueError(f"mu must be a vector of d >= 2 finite entries > 0, got {mu}")
+    top, second = np.sort(mu)[::-1][:2]
+    if top == second:
+        raise ValueError("the largest entry of mu must be unique (a tie has no major coordinate)")
+    return float(rho * (top + second) / (np.sqrt(2.0) * np.linalg.norm(mu)))
 
 
 def l2_max_margin_direction(mu) -> np.ndarray:
