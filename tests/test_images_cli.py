@@ -48,6 +48,7 @@ def _run(argv, capsys) -> tuple[int, str]:
         (["--method", "gd", "--alpha", "nan"], "finite"),
         (["--method", "gd", "--batch", "1000"], "--batch"),
         (["--method", "gd", "--dataset", "imagenet"], "invalid choice"),
+        (["--method", "gd", "--base-optimizer", "rmsprop"], "invalid choice: 'rmsprop'"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(mnist_dir, tmp_path, capsys, extra, expected):
@@ -89,10 +90,26 @@ def test_tiny_run_writes_file_and_figure(mnist_dir, tmp_path, capsys):
         assert "only the test split" in ds.attrs["split_note"]
         assert ds.attrs["method"] == "gd,sam-l2" and ds.attrs["classes"] == "3,8"
         assert ds.attrs["command_line"].startswith("samflow cnn --data-dir")
+        assert ds.attrs["base_optimizer"] == "sgd"
         for name in ("samflow_version", "rho", "alpha", "dataset"):
             assert name in ds.attrs
         share = ds["background_share"].values
         assert np.all((share >= 0) & (share <= 1))
+
+
+def test_base_optimizer_is_used_and_recorded(mnist_dir, tmp_path, capsys):
+    out = tmp_path / "adam.nc"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "sam-l2", "--model", "diagonal",
+        "--base-optimizer", "adam", "--eta", "0.05", "--steps", "4", "--record-every", "2",
+        "--batch", "0", "--seeds", "1", "--examples", "2", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert "sam-l2 (adam) seed 0" in capsys.readouterr().out
+    with xr.open_dataset(out) as ds:
+        assert ds.attrs["base_optimizer"] == "adam"
+        loss = ds["loss"].values[0]
+        assert loss[-1] < loss[0]
 
 
 def test_single_method_file_has_seed_dims(tmp_path):

@@ -21,7 +21,8 @@ from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
 from samflow.images.download import BASE_URL_ENV, download
 from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
-from samflow.steps import METHODS
+from samflow.images.train import BASE_OPTIMIZERS
+from samflow.rules import METHODS
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
 # the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
@@ -103,6 +104,13 @@ def register(subparsers) -> None:
         help="initialisation scale, multiplies the default initialisation",
     )
     cnn.add_argument("--eta", type=_finite_float, default=d["eta"], help="step size")
+    cnn.add_argument(
+        "--base-optimizer",
+        choices=BASE_OPTIMIZERS,
+        default="sgd",
+        help="what takes the (SAM) gradient: sgd (p - eta g, the engine's step), momentum "
+        "(heavy ball 0.9) or adam, both from optax at learning rate --eta",
+    )
     cnn.add_argument("--steps", type=_positive_int, default=d["steps"])
     cnn.add_argument(
         "--batch", type=int, default=d["batch"], help="minibatch size; 0 for full batch"
@@ -205,7 +213,9 @@ def run_cnn(args: argparse.Namespace) -> int:
     )
     batch = None if args.batch == 0 else args.batch
     configs = [
-        TrainConfig(method, args.rho, args.eta, args.steps, batch, args.record_every)
+        TrainConfig(
+            method, args.rho, args.eta, args.steps, batch, args.record_every, args.base_optimizer
+        )
         for method in methods
     ]
     for config in configs:
@@ -239,6 +249,7 @@ def run_cnn(args: argparse.Namespace) -> int:
         "rho": args.rho,
         "alpha": args.alpha,
         "eta": args.eta,
+        "base_optimizer": args.base_optimizer,
         "steps": args.steps,
         "batch": "full" if batch is None else batch,
         "n_train": n_train,

@@ -2,7 +2,9 @@
 
 One run is ``init`` + :func:`samflow.steps.step` + ``lax.scan``: an outer scan over
 records, each an inner scan of ``record_every`` steps, so metrics are taken at steps
-``0, record_every, 2 * record_every, ..., steps`` inside one compiled program. Seeds
+``0, record_every, 2 * record_every, ..., steps`` inside one compiled program. With a
+base optimiser other than plain SGD (momentum, Adam) the step is
+:func:`samflow.transform.sam` around it, its state carried through the scans. Seeds
 (initialisation and minibatch order) run one after another through the same compiled
 function; the data and its train/test split do not change with the seed.
 """
@@ -17,9 +19,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax import Array
 
-from samflow import steps
+from samflow import rules, steps
 from samflow.errors import InputError
 from samflow.images.attribution import (
     attribution_maps,
@@ -28,6 +31,26 @@ from samflow.images.attribution import (
 )
 from samflow.images.data import BinaryTask
 from samflow.images.models import Classifier, PyTree, logistic_loss
+from samflow.transform import apply_step, sam
+
+BASE_OPTIMIZERS = ("sgd", "momentum", "adam")
+MOMENTUM = 0.9
+
+
+def base_optimizer(name: str, eta: float) -> optax.GradientTransformation | None:
+    """The optax base of ``name`` at learning rate ``eta``; None for plain SGD.
+
+    ``sgd``: ``p - eta * g`` by :func:`samflow.steps.step` itself (no optax);
+    ``momentum``: ``optax.sgd(eta, momentum=0.9)`` (heavy ball); ``adam``:
+    ``optax.adam(eta)`` with optax's default betas and epsilon.
+    """
+    if name == "sgd":
+        return None
+    if name == "momentum":
+        return optax.sgd(eta, momentum=MOMENTUM)
+    if name == "adam":
+        return optax.adam(eta)
+    raise InputError(f"unknown base optimizer {name!r}; choose from {', '.join(BASE_OPTIMIZERS)}")
 
 
 @dataclass(frozen=True)
@@ -35,12 +58,14 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        method: a method of :mod:`samflow.steps` (``gd``, ``sam-l2``, ...).
+        method: a method of :data:`samflow.rules.METHODS` (``gd``, ``sam-l2``, ...).
         rho: SAM perturbation radius (ignored by GD).
-        eta: step size.
+        eta: step size (the learning rate of the base optimiser).
         steps: number of steps, a multiple of ``record_every``.
         batch: minibatch size, or None for full-batch steps.
         record_every: steps between two records.
+        base_optimizer: what takes the (SAM) gradient, one of :data:`BASE_OPTIMIZERS`
+            (see :func:`base_optimizer`).
     """
 
     method: str
@@ -49,6 +74,7 @@ class TrainConfig:
     steps: int
     batch: int | None
     record_every: int
+    base_optimizer: str = "sgd"
 
     @property
     def n_records(self) -> int:
@@ -57,10 +83,8 @@ class TrainConfig:
 
     def check(self, n_train: int) -> None:
         """InputError naming the bad value, if any."""
-        try:
-            steps.get_rule(self.method)
-        except ValueError as err:
-            raise InputError(str(err)) from None
+        rules.get_rule(self.method)
+        base_optimizer(self.base_optimizer, self.eta)  # an unknown name raises
         if self.steps < 1 or self.record_every < 1 or self.steps % self.record_every:
             raise InputError(
                 f"--steps ({self.steps}) must be a positive multiple of "
@@ -139,40 +163,52 @@ def make_run(
     classifier: Classifier, config: TrainConfig
 ) -> Callable[[PyTree, Array, TaskArrays], tuple[PyTree, Metrics]]:
     """Compiled ``(params0, key, data) -> (final params, Metrics [n_records])``."""
-    rule = steps.get_rule(config.method)
+    rule = rules.get_rule(config.method)
+    base = base_optimizer(config.base_optimizer, config.eta)
+    # Plain SGD keeps the engine's own step, so earlier results are reproduced exactly.
+    tx = None if base is None else sam(base, config.rho, rule)
 
-    def one_step(params: PyTree, key: Array, data: TaskArrays) -> PyTree:
+    def one_step(carry: tuple[PyTree, optax.OptState], key: Array, data: TaskArrays):
+        params, opt_state = carry
         if config.batch is None:
             x, y = data.x_train, data.y_train
         else:
             idx = jax.random.choice(key, data.x_train.shape[0], (config.batch,), replace=False)
             x, y = data.x_train[idx], data.y_train[idx]
-        new, _ = steps.step(
-            params, lambda p: classifier.grad_and_aux(p, x, y), rule, config.rho, config.eta
-        )
-        return new
+
+        def grad_and_aux(p: PyTree):
+            return classifier.grad_and_aux(p, x, y)
+
+        if tx is None:
+            new, _ = steps.step(params, grad_and_aux, rule, config.rho, config.eta)
+            return new, opt_state
+        return apply_step(tx, params, opt_state, lambda p: grad_and_aux(p)[0])
 
     @jax.jit
     def run(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
-        def train_chunk(params: PyTree, chunk_key: Array) -> PyTree:
+        def train_chunk(carry, chunk_key: Array):
             step_keys = jax.random.split(chunk_key, config.record_every)
-            params, _ = jax.lax.scan(lambda p, k: (one_step(p, k, data), None), params, step_keys)
-            return params
+            carry, _ = jax.lax.scan(lambda c, k: (one_step(c, k, data), None), carry, step_keys)
+            return carry
 
-        def one_record(params: PyTree, xs: tuple[Array, Array]) -> tuple[PyTree, Metrics]:
+        def one_record(carry, xs: tuple[Array, Array]):
             index, chunk_key = xs
             # Evaluate, then train up to the next record (nothing after the last one): one
             # copy of each in the program, which halves compilation time.
-            metrics = evaluate(classifier, params, data)
-            params = jax.lax.cond(
-                index < config.n_records - 1, train_chunk, lambda p, _: p, params, chunk_key
+            metrics = evaluate(classifier, carry[0], data)
+            carry = jax.lax.cond(
+                index < config.n_records - 1, train_chunk, lambda c, _: c, carry, chunk_key
             )
-            return params, metrics
+            return carry, metrics
 
         chunk_keys = jax.random.split(key, config.n_records - 1)
         # The last record trains nothing; its key is a placeholder.
         chunk_keys = jnp.concatenate([chunk_keys, chunk_keys[:1]])
-        return jax.lax.scan(one_record, params0, (jnp.arange(config.n_records), chunk_keys))
+        opt_state0 = None if tx is None else tx.init(params0)
+        (params, _), history = jax.lax.scan(
+            one_record, (params0, opt_state0), (jnp.arange(config.n_records), chunk_keys)
+        )
+        return params, history
 
     return run
 
@@ -235,8 +271,9 @@ def train_seeds(
                 classifier, params, data.x_test[examples], data.y_test[examples]
             )
             example_cam, example_saliency = np.asarray(cams), np.asarray(sal)
+        base = "" if config.base_optimizer == "sgd" else f" ({config.base_optimizer})"
         log(
-            f"{config.method} seed {seed}: loss {history.loss[-1]:.4f}, "
+            f"{config.method}{base} seed {seed}: loss {history.loss[-1]:.4f}, "
             f"test accuracy {history.test_accuracy[-1]:.3f}, background share "
             f"Grad-CAM {history.background_share[-1]:.3f} / saliency "
             f"{history.saliency_background_share[-1]:.3f} "

@@ -1,0 +1,113 @@
+"""SAM as an optax gradient transformation around any base optimiser.
+
+``sam(base, rho, rule)`` turns an optax optimiser into its SAM version: the gradient
+handed to ``base`` is the descent gradient at the perturbed point
+``params + rho * eps(g)`` (:mod:`samflow.rules`), not ``g`` itself::
+
+    tx = samflow.transform.sam(optax.adam(1e-3), rho=0.05)          # l2-SAM + Adam
+    state = tx.init(params)
+    grads = jax.grad(loss)(params)
+    updates, state = tx.update(grads, state, params, grad_fn=jax.grad(loss))
+    params = optax.apply_updates(params, updates)
+
+With ``base = optax.sgd(eta)`` this is exactly :func:`samflow.steps.step` (derivation
+in :func:`sam`); momentum, Adam, weight decay, schedules are whatever ``base`` does.
+
+Composition with ``optax.chain``: ``update`` takes ``grad_fn`` as an extra argument
+(optax's ``GradientTransformationExtraArgs``), which ``chain`` hands to every member,
+so ``optax.chain(sam(optax.scale_by_adam(), rho), optax.scale(-eta))`` is
+``sam(optax.adam(eta), rho)``. Members *before* ``sam`` in a chain change only the
+ascent gradient (``grad_fn`` returns raw gradients); a transformation of the descent
+gradient (clipping, say) belongs inside ``base``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import optax
+
+from samflow.errors import InputError
+from samflow.rules import PerturbationRule, check_rho, get_rule
+
+PyTree = Any
+
+
+def sam(
+    base: optax.GradientTransformation,
+    rho: float,
+    rule: str | PerturbationRule = "sam-l2",
+) -> optax.GradientTransformationExtraArgs:
+    """The SAM version of ``base`` for the perturbation ``rule`` at radius ``rho``.
+
+    ``init(params)`` is ``base.init(params)`` (SAM itself keeps no state).
+    ``update(grads, state, params, *, grad_fn, **extra)``:
+
+    - ``grads``: pytree like ``params``, the gradient ``g`` of the loss at ``params``;
+    - ``grad_fn``: ``p -> grads at p`` (``jax.grad(loss)`` for a loss of ``p`` alone; a
+      minibatch loss must close over the same batch as ``grads``);
+    - returns ``base.update(grad_fn(params + rho * eps(g)), state, params, **extra)``:
+      ``base`` sees the unperturbed ``params`` (for weight decay) and any other extra
+      arguments. A rule without ascent (GD) passes ``grads`` straight through and never
+      calls ``grad_fn``.
+
+    Why ``base = optax.sgd(eta)`` is exactly :func:`samflow.steps.step`: ``optax.sgd``
+    without momentum is ``scale_by_learning_rate``, stateless, and maps ``u`` to
+    ``(-eta) * u``. Here ``u = grad L(theta + rho * eps(g))`` with the same rule
+    function ``eps`` and the same perturbed point (``rule.perturbed``) as ``step``, so
+    ``optax.apply_updates`` gives ``theta + (-eta) * u``, and ``step`` gives
+    ``theta - eta * u``. In IEEE arithmetic ``(-eta) * u = -(eta * u)`` and
+    ``theta + (-x) = theta - x`` exactly, so the two agree to rounding of the compiled
+    program (``tests/test_transform.py`` measures it).
+
+    Args:
+        base: the optimiser that takes the SAM gradient (``optax.sgd``, ``adam``, ...).
+        rho: perturbation radius, finite and ``>= 0`` (ignored by GD).
+        rule: a method name of :data:`samflow.rules.METHODS` or a
+            :class:`~samflow.rules.PerturbationRule`.
+
+    Raises:
+        InputError: unknown rule, or a bad or missing ``rho`` (naming the value).
+    """
+    rule = get_rule(rule)
+    return _sam(base, check_rho(rule, rho), rule)
+
+
+def _sam(
+    base: optax.GradientTransformation, rho, rule: PerturbationRule
+) -> optax.GradientTransformationExtraArgs:
+    """:func:`sam` without validation: ``rho`` may be traced (checked by the caller)."""
+    base = optax.with_extra_args_support(base)
+
+    def update(
+        grads: PyTree,
+        state: optax.OptState,
+        params: PyTree | None = None,
+        *,
+        grad_fn: Callable[[PyTree], PyTree] | None = None,
+        **extra_args,
+    ) -> tuple[PyTree, optax.OptState]:
+        if rule.direction is not None:
+            if params is None or grad_fn is None:
+                raise InputError(
+                    f"sam with rule {rule.name} needs params and grad_fn in update, got "
+                    f"params={'None' if params is None else 'given'}, "
+                    f"grad_fn={'None' if grad_fn is None else 'given'}"
+                )
+            grads = grad_fn(rule.perturbed(params, grads, rho))
+        return base.update(grads, state, params, **extra_args)
+
+    return optax.GradientTransformationExtraArgs(base.init, update)
+
+
+def apply_step(
+    tx: optax.GradientTransformation,
+    params: PyTree,
+    state: optax.OptState,
+    grad_fn: Callable[[PyTree], PyTree],
+) -> tuple[PyTree, optax.OptState]:
+    """One step of ``tx`` (e.g. from :func:`sam`) with ``grad_fn``: new ``(params, state)``."""
+    grads = grad_fn(params)
+    updates, state = tx.update(grads, state, params, grad_fn=grad_fn)
+    return optax.apply_updates(params, updates), state
