@@ -26,5 +26,5 @@ for code, count in zip(codes, counts, strict=True):
     print(f"{names[int(code)]:>11}: {count} grid points")
 
 fig = phase_map(ds)
-fig.savefig(sys.argv[1] if len(sys.argv) > 1 else "quickstart.png", dpi=120)
+fig.savefig(sys.argv[1] if len(sys.argv) > 1 else "quickstart.png", dpi=120, bbox_inches="tight")
 plt.close(fig)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,35 +34,36 @@ def base_attrs(**attrs) -> dict:
     return out
 
 
-def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` atomically: a temporary file in the same folder, renamed.
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:
+    """Make ``path`` by ``write(tmp)`` into a temporary file in the same folder, renamed.
 
-    A reader never sees a half-written file, and an interrupted write leaves the old
-    file (if any) in place.
+    A reader never sees a half-written file, an interrupted write leaves the old file
+    (if any) in place and no temporary behind. The suffix of ``path`` is kept on the
+    temporary (writers that pick a format from it see the right one).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.stem}.", suffix=f"{path.suffix}.tmp", dir=path.parent
+    )
     os.close(fd)
     try:
-        ds.to_netcdf(tmp, engine="netcdf4")
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
+    """Write ``ds`` to ``path`` as netCDF-4, atomically (:func:`atomic_write`)."""
+    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4"))
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:
-    """Save a matplotlib figure atomically (format from the suffix)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Save a matplotlib figure atomically (format from the suffix of ``path``)."""
+    fmt = Path(path).suffix.lstrip(".") or None
+    return atomic_write(
+        path, lambda tmp: fig.savefig(tmp, dpi=150, bbox_inches="tight", format=fmt)
+    )

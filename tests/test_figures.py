@@ -1,5 +1,5 @@
 """Figure plumbing: drawing helpers on tiny Datasets, the shared-program runner of the
-figure modules against ``run_sweep``, the ``samflow figures`` command (one cheap
+figure modules against ``samflow.sweep``, the ``samflow figures`` command (one cheap
 figure, ``--list``, exit 1 when nothing is built), the figure modules inside a built
 wheel, and that importing the plotting code leaves matplotlib's backend alone."""
 
@@ -27,7 +27,8 @@ from samflow.plotting import (
     phase_map,
     save_figure_set,
 )
-from samflow.sweep import SweepSpec, parse_axis, run_sweep
+import samflow
+from samflow.sweeps.axes import parse_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,11 +82,11 @@ def test_draw_categories_colours_each_cell():
     plt.close(fig)
 
 
-def test_shared_runner_matches_run_sweep(tmp_path):
+def test_shared_runner_matches_the_sweep(tmp_path):
     """Layer padding, batch padding and a shared program change nothing."""
-    spec = SweepSpec(
-        method="sam-l2",
-        mode="discrete",
+    spec = _engine.figure_spec(
+        "sam-l2",
+        "discrete",
         depth=2,
         axes=(parse_axis("alpha=0.2,0.5,2"), parse_axis("rho=0,1")),
         mu=(1.0, 2.0, 3.0, 4.0),
@@ -94,7 +95,15 @@ def test_shared_runner_matches_run_sweep(tmp_path):
         record_every=20,
         save_trajectories=True,
     )
-    ref = run_sweep(spec, tmp_path / "ref.nc", progress=False)
+    ref = samflow.sweep(
+        "sam-l2",
+        depth=2,
+        mu=[1.0, 2.0, 3.0, 4.0],
+        axes={"alpha": [0.2, 0.5, 2], "rho": [0, 1]},
+        runner=samflow.Discrete(eta=0.05, steps=60, record_every=20),
+        out=tmp_path / "ref.nc",
+        save_trajectories=True,
+    )
     ours = _engine.sweep(spec, layers=4, batch=4)
     assert set(ours.data_vars) == set(ref.data_vars)
     for name in ref.data_vars:
@@ -171,15 +180,9 @@ def _backend_after_imports(modules, tmp_path) -> list[str]:
 
 def test_import_keeps_the_users_backend(tmp_path):
     """Importing the plotting code must not pick a backend (Jupyter's inline one, say)."""
-    modules = ["samflow.plotting"] + [f"samflow.figures.{n}" for n in FIGURES if n != "gradcam"]
+    modules = ["samflow.plotting", "samflow.images.plot"]
+    modules += [f"samflow.figures.{n}" for n in FIGURES]
     assert _backend_after_imports(modules, tmp_path) == ["svg"] * len(modules)
-
-
-@pytest.mark.xfail(
-    strict=True, reason="samflow/images/plot.py still calls matplotlib.use('Agg') at import"
-)
-def test_import_of_gradcam_keeps_the_users_backend(tmp_path):
-    assert _backend_after_imports(["samflow.figures.gradcam"], tmp_path) == ["svg"]
 
 
 def test_plotting_works_headless(tmp_path):

@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
 from samflow.errors import InputError
+from samflow.io import save_figure
 
 COLUMNS = (("gd", "GD"), ("sam-l2", "l2-SAM"))
 
@@ -74,11 +72,6 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
         fontsize=8,
     )
     fig.colorbar(heat, ax=axes[:, 1:], shrink=0.6, label="Grad-CAM / its maximum")
-    written = []
-    for path in paths:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=150)
-        written.append(path)
+    written = [save_figure(fig, path) for path in paths]
     plt.close(fig)
     return written
