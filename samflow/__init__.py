@@ -34,6 +34,7 @@ except PackageNotFoundError:  # running from a source tree without installation
 
 from samflow.api import sweep, trajectory
 from samflow.errors import InputError
+from samflow.fit import FitResult, fit
 from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES
 from samflow.rules import (
     GD,
@@ -45,6 +46,7 @@ from samflow.rules import (
     get_rule,
 )
 from samflow.runners import Discrete, Flow
+from samflow.transform import sam
 
 __all__ = [
     "FLAG_MEANINGS",
@@ -55,11 +57,14 @@ __all__ = [
     "SAM_LINF",
     "USAM",
     "Discrete",
+    "FitResult",
     "Flow",
     "InputError",
     "PerturbationRule",
     "__version__",
+    "fit",
     "get_rule",
+    "sam",
     "sweep",
     "trajectory",
 ]
