@@ -10,6 +10,7 @@ import xarray as xr
 
 from samflow.cli import main
 from samflow.images import results, train
+from samflow.io import write_dataset
 
 
 @pytest.fixture
@@ -118,9 +119,7 @@ def test_single_method_file_has_seed_dims(tmp_path):
         "gd", np.arange(3), np.array([0, 5]), history, np.zeros((1, 4, 4)), np.zeros((1, 4, 4)), 1.0
     )
     examples = {"image": np.zeros((1, 4, 4, 1)), "label": np.ones(1)}
-    path = results.write_atomic(
-        results.build_dataset([run], examples, {"rho": 0.1}), tmp_path / "g.nc"
-    )
+    path = write_dataset(results.build_dataset([run], examples, {"rho": 0.1}), tmp_path / "g.nc")
     with xr.open_dataset(path) as ds:
         for name in ("background_share", "saliency_background_share", "test_accuracy"):
             assert ds[name].dims == ("seed",)

@@ -9,19 +9,20 @@ data set (see :mod:`samflow.images.download`).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
 import numpy as np
 
 from samflow import __version__
+from samflow.commands.common import finite_float
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
 from samflow.images.download import BASE_URL_ENV, download
 from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
 from samflow.images.train import BASE_OPTIMIZERS
+from samflow.io import write_dataset
 from samflow.rules import METHODS
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
@@ -48,16 +49,6 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
 
 
@@ -96,14 +87,14 @@ def register(subparsers) -> None:
         required=True,
         help=f"a method or a comma list ({', '.join(METHODS)}); --figure needs gd,sam-l2",
     )
-    cnn.add_argument("--rho", type=_finite_float, default=d["rho"], help="SAM radius")
+    cnn.add_argument("--rho", type=finite_float("rho"), default=d["rho"], help="SAM radius")
     cnn.add_argument(
         "--alpha",
-        type=_finite_float,
+        type=finite_float("alpha"),
         default=d["alpha"],
         help="initialisation scale, multiplies the default initialisation",
     )
-    cnn.add_argument("--eta", type=_finite_float, default=d["eta"], help="step size")
+    cnn.add_argument("--eta", type=finite_float("eta"), default=d["eta"], help="step size")
     cnn.add_argument(
         "--base-optimizer",
         choices=BASE_OPTIMIZERS,
@@ -130,7 +121,7 @@ def register(subparsers) -> None:
     )
     cnn.add_argument(
         "--background-threshold",
-        type=_finite_float,
+        type=finite_float("background-threshold"),
         default=DEFAULT_BACKGROUND_THRESHOLD,
         help="brightness in [0, 1] below which a pixel is background",
     )
@@ -180,7 +171,7 @@ def _methods(text: str) -> list[str]:
 def run_cnn(args: argparse.Namespace) -> int:
     """Train, write the result file, optionally draw the figure; exit status."""
     from samflow.images.plot import gradcam_figure
-    from samflow.images.results import build_dataset, write_atomic
+    from samflow.images.results import build_dataset
     from samflow.images.train import TrainConfig, example_indices, train_seeds
 
     methods = _methods(args.method)
@@ -262,7 +253,7 @@ def run_cnn(args: argparse.Namespace) -> int:
     }
     examples_arrays = {"image": task.raw_test[examples], "label": task.y_test[examples]}
     ds = build_dataset(runs, examples_arrays, attrs)
-    write_atomic(ds, args.out)
+    write_dataset(ds, args.out)
     print(f"wrote {args.out}")
     for run in runs:
         print(_summary(run))

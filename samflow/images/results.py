@@ -19,10 +19,7 @@ samflow version and the command line.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 import xarray as xr
@@ -116,21 +113,3 @@ def _attr(value: object) -> object:
     if isinstance(value, (tuple, list)):
         return ",".join(str(v) for v in value)
     return str(value)
-
-
-def write_atomic(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` through a temporary file in the same folder + os.replace.
-
-    A reader never sees a half-written file, and a failure leaves no temporary behind.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        ds.to_netcdf(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
