@@ -146,37 +146,7 @@ def trajectory(
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
         history = _call("trajectory", method=rule.name, depth=depth, mu=mu, rho=rho, runner=runner)
-    return _trajectory_dataset(
-        r,
-        times,
-        rule,
-        depth,
-        rho,
-        runner,
-        dtype,
-        problem,
-        save_theta,
-        collapse_factor,
-        history,
-        flow and flow.formulation,
-    )
-
-
-def _trajectory_dataset(
-    r,
-    times,
-    rule,
-    depth,
-    rho,
-    runner,
-    dtype,
-    problem,
-    save_theta,
-    collapse_factor,
-    history,
-    formulation,
-) -> xr.Dataset:
-    n, d = problem.X.shape
+    formulation = flow and flow.formulation
     one_point = n == 1
     discrete = runner.mode == "discrete"
     coords = {
