@@ -158,8 +158,7 @@ def phase_map(ds: xr.Dataset, title: str | None = None):
         regime = regime.isel({extra: 0})
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     if len(axes) == 1:
-        regime = regime.expand_dims(_="_")
-        regime = regime.assign_coords(_=[0])
+        regime = regime.expand_dims({"_": [0]})
         draw_regimes(ax, regime, axes[0], "_")
         ax.set_yticks([])
         ax.set_ylabel("")
