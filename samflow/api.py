@@ -26,7 +26,7 @@ from samflow.model import make_problem
 from samflow.precision import check_dtype
 from samflow.regimes import NAMES
 from samflow.rules import PerturbationRule, check_rho, get_rule
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Flow, check_counters
 from samflow.sweeps.axes import Axis, make_axis, parse_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import DEFAULT_CHUNK
@@ -113,6 +113,7 @@ def trajectory(
     depth = check_depth(depth)
     runner = _check_runner(runner)
     check_dtype(dtype)
+    check_counters(runner, dtype)
     if not (np.isfinite(collapse_factor) and 0 < collapse_factor < 1):
         raise InputError(f"collapse-factor must lie in (0, 1), got {collapse_factor}")
     problem = make_problem(mu, data)

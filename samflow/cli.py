@@ -2,7 +2,9 @@
 
 Subcommands live in their own modules; each exposes ``register(subparsers)`` that
 adds its parser and sets ``func`` (``args -> exit status``). Bad input of any kind
-ends with exit status 2 and one line ``samflow: error: ...`` on stderr.
+ends with exit status 2 and one line ``samflow: error: ...`` on stderr, before any
+computation; a run that fails for another reason (network, disk, an output in use)
+ends with exit status 1 and one line ``samflow: failed: ...``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from samflow import __version__
-from samflow.errors import InputError
+from samflow.errors import InputError, RunFailure
 
 COMMAND_MODULES = (
     "samflow.commands.trajectory",
@@ -57,17 +59,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_cpu_cores()  # the command line owns its process: one JAX device per core
     parser = build_parser()
     try:
+        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+            raise InputError(f"unknown option {argv[0]!r} (options go after the command)")
         args = parser.parse_args(argv)
         args.command_line = "samflow " + " ".join(argv)
         status = args.func(args)
     except (InputError, FileNotFoundError) as err:
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"samflow: error: {msg}", file=sys.stderr)
+        print(f"samflow: error: {_one_line(err)}", file=sys.stderr)
         return 2
+    except (RunFailure, OSError) as err:
+        print(f"samflow: failed: {_one_line(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("samflow: interrupted", file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import __version__
+from samflow.errors import InputError
 from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES, UNRESOLVED_HOW
 
 
@@ -32,6 +33,43 @@ def base_attrs(**attrs) -> dict:
             continue
         out[key] = int(value) if isinstance(value, bool) else value
     return out
+
+
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+NETCDF_SUFFIXES = (".nc", ".nc4", ".cdf")
+
+
+def check_output(path: str | os.PathLike, suffixes: tuple[str, ...] | None = None) -> Path:
+    """``path`` as a file this process can write, checked before any computation.
+
+    InputError naming it when it is empty, a folder, under a file, in a folder that
+    cannot be made or written, or (with ``suffixes``) of another kind.
+    """
+    if path is None or str(path).strip() == "":
+        raise InputError("the output path is empty")
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"output {str(path)!r} is a folder, not a file")
+    if suffixes is not None and path.suffix.lower() not in suffixes:
+        raise InputError(
+            f"output {str(path)!r}: unknown suffix {path.suffix!r}; use {', '.join(suffixes)}"
+        )
+    check_folder(path.parent, f"output {str(path)!r}")
+    return path
+
+
+def check_folder(folder: str | os.PathLike, what: str | None = None) -> Path:
+    """``folder`` exists as a writable folder or can be made; InputError otherwise."""
+    folder = Path(folder)
+    what = what or f"folder {str(folder)!r}"
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{what}: {str(existing)!r} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{what}: folder {str(existing)!r} is not writable")
+    return folder
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Path:

@@ -19,12 +19,18 @@ import numpy as np
 
 from samflow.errors import InputError
 
+MAX_STEPS = 2**62
+"""Step counters are int64; a bound well inside it keeps every sum of them exact."""
 SOLVERS = ("tsit5", "dopri5", "dopri8", "heun", "kvaerno5")
 FORMULATIONS = ("auto", "log", "linf", "linear")
 
 
 def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or int(value) != value or value < 1:
+    try:
+        whole = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name} must be an integer >= 1, got {value}") from None
+    if isinstance(value, bool) or whole != value or value < 1:
         raise InputError(f"{name} must be an integer >= 1, got {value}")
     return int(value)
 
@@ -70,22 +76,25 @@ class Discrete:
     def __post_init__(self) -> None:
         object.__setattr__(self, "eta", _positive_float("eta", self.eta))
         given = [
-            name
+            name.replace("_", "-")
             for name in ("record_every", "log_records", "record_steps")
             if getattr(self, name) is not None
         ]
         if len(given) > 1:
             raise InputError(f"give only one of {', '.join(given)}")
         if self.record_steps is not None:
-            steps = _strictly_increasing("record_steps", self.record_steps)
+            steps = _strictly_increasing("record-steps", self.record_steps)
             if not all(float(s).is_integer() for s in steps):
-                raise InputError(f"record_steps must be integers, got {list(steps)}")
+                raise InputError(f"record-steps must be integers, got {list(steps)}")
             object.__setattr__(self, "record_steps", tuple(int(s) for s in steps))
             object.__setattr__(self, "steps", self.record_steps[-1])
         object.__setattr__(self, "steps", _positive_int("steps", self.steps))
+        if self.steps >= MAX_STEPS:
+            raise InputError(f"steps must be below 2^62, got {self.steps}")
         for name in ("record_every", "log_records"):
             if getattr(self, name) is not None:
-                object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+                value = _positive_int(name.replace("_", "-"), getattr(self, name))
+                object.__setattr__(self, name, value)
 
     def times(self) -> np.ndarray:
         """Step indices of the records ``[T]`` int64: 0, ..., ``steps`` (increasing)."""
@@ -139,7 +148,7 @@ class Flow:
 
     def __post_init__(self) -> None:
         if self.save_tau is not None:
-            taus = _strictly_increasing("save_tau", self.save_tau, first=0.0)
+            taus = _strictly_increasing("save-tau", self.save_tau, first=0.0)
             object.__setattr__(self, "save_tau", tuple(float(t) for t in taus))
             object.__setattr__(self, "tau_max", taus[-1])
             object.__setattr__(self, "n_save", len(taus))
@@ -185,6 +194,19 @@ class Flow:
 
 
 Runner = Discrete | Flow
+
+
+def check_counters(runner: Runner, dtype: str) -> None:
+    """Refuse a discrete run whose step counter would wrap in ``dtype``'s integers.
+
+    float32 runs compute without JAX's x64 mode, where integers are int32: a step index
+    of 2^31 or more would wrap (a silent error), so it is refused here.
+    """
+    if runner.mode == "discrete" and str(dtype) == "float32" and runner.steps >= 2**31:
+        raise InputError(
+            f"steps = {runner.steps} needs 64-bit step counters: with dtype float32 steps "
+            "must be below 2^31; use float64"
+        )
 
 
 def default(runner: type, name: str):

@@ -122,6 +122,11 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
+    """``-q/--quiet``: print nothing but errors (no progress bar, no summary)."""
+    p.add_argument("-q", "--quiet", *quiet_aliases, action="store_true", help="print only errors")
+
+
 def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
     """The runner the options describe (validated by the runner itself)."""
     if args.mode == "discrete":

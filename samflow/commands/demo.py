@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
+
+from samflow.commands.common import add_output_args
 
 DEMO_MU = np.array([1.0, 2.0, 3.0, 4.0])
 DEMO_ALPHAS = {"collapse": 0.1, "sequential": 0.5, "direct": 3.0}
@@ -19,6 +20,7 @@ def register(sub) -> None:
         "(collapse, sequential, direct) of the l2-SAM rescaled flow, and GD beside them.",
     )
     p.add_argument("--out", default="out/demo", help="output folder")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -26,11 +28,11 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
 
     from samflow.api import trajectory
-    from samflow.io import save_figure, write_dataset
+    from samflow.io import check_folder, save_figure, write_dataset
     from samflow.plotting import timeline
     from samflow.runners import Flow
 
-    out = Path(args.out)
+    out = check_folder(args.out)
     fig, axes = plt.subplots(2, 3, figsize=(15, 6.5), sharex=True, squeeze=False)
     for col, (name, alpha) in enumerate(DEMO_ALPHAS.items()):
         for method in ("sam-l2", "gd"):
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
                 history=getattr(args, "command_line", None),
             )
             path = write_dataset(ds, out / f"{method}_alpha{alpha:g}.nc")
-            print(f"{path}: {ds.attrs['regime_meaning']} (expected for sam-l2: {name})")
+            if not args.quiet:
+                print(f"{path}: {ds.attrs['regime_meaning']} (expected for sam-l2: {name})")
             if method == "sam-l2":
                 timeline(ds, axes[0, col], axes[1, col], title=f"l2-SAM, alpha = {alpha:g}")
                 axes[0, col].set_title(
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
                     fontsize=9,
                 )
     for ext in ("png", "pdf"):
-        print(save_figure(fig, out / f"timelines.{ext}"))
+        path = save_figure(fig, out / f"timelines.{ext}")
+        if not args.quiet:
+            print(path)
     plt.close(fig)
     return 0

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
+from samflow.commands.common import add_output_args
 from samflow.figures import FIGURES, describe, load
+from samflow.io import check_folder
 
 
 def register(sub) -> None:
@@ -32,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--only", action="append", choices=FIGURES, help="build only this (repeatable)")
     p.add_argument("--out", default="figures", help="output folder")
     p.add_argument("--list", action="store_true", help="print the names and what each shows")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -42,16 +44,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {describe(name)}")
         return 0
     names = args.only or list(FIGURES)
+    out = check_folder(args.out)
     start = time.perf_counter()
     n_files = 0
     for name in names:
         t0 = time.perf_counter()
-        paths = load(name).build(Path(args.out), args.quick)
+        if not args.quiet:
+            print(f"[{name}] building ({names.index(name) + 1} of {len(names)}) ...", flush=True)
+        paths = load(name).build(out, args.quick)
         n_files += len(paths)
         built = ", ".join(str(p) for p in paths) or "nothing built"
-        print(f"[{name}] {time.perf_counter() - t0:.1f} s: {built}")
+        if not args.quiet:
+            print(f"[{name}] {time.perf_counter() - t0:.1f} s: {built}", flush=True)
     if n_files == 0:
         print(f"samflow figures: nothing built ({', '.join(names)} wrote no file)", file=sys.stderr)
         return 1
-    print(f"figures done in {time.perf_counter() - start:.1f} s")
+    if not args.quiet:
+        print(f"figures done in {time.perf_counter() - start:.1f} s")
     return 0

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from samflow.commands.common import (
+    add_output_args,
     add_problem_args,
     finite_float,
     float_list,
@@ -52,7 +53,7 @@ def register(sub) -> None:
     p.add_argument(
         "--save-trajectories", action="store_true", help="also keep beta(time, coord) per point"
     )
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_output_args(p, "--no-progress")
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="phase-diagram figure (PNG or PDF) of the first two axes")
     p.set_defaults(func=run)
@@ -107,14 +108,19 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from samflow.api import sweep
+    from samflow.io import FIGURE_SUFFIXES, NETCDF_SUFFIXES, check_output
 
     kwargs = sweep_kwargs(args)
-    ds = sweep(**kwargs, out=args.out, progress=not args.no_progress, history=args.command_line)
+    check_output(args.out, NETCDF_SUFFIXES)
+    if args.figure:
+        check_output(args.figure, FIGURE_SUFFIXES)
+    ds = sweep(**kwargs, out=args.out, progress=not args.quiet, history=args.command_line)
     counts = {
         int(k): int(v)
         for k, v in zip(*np.unique(ds["regime"].values, return_counts=True), strict=True)
     }
-    print(f"{args.out}: {ds['regime'].size} grid points, regime counts {counts}")
+    if not args.quiet:
+        print(f"{args.out}: {ds['regime'].size} grid points, regime counts {counts}")
     if args.figure:
         import matplotlib.pyplot as plt
 

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from samflow.commands.common import (
+    add_output_args,
     add_problem_args,
     finite_float,
     float_list,
@@ -32,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="timeline figure (PNG or PDF)")
     p.add_argument("--save-theta", action="store_true", help="also record theta over time")
+    add_output_args(p)
     p.set_defaults(func=run)
 
 
@@ -46,8 +48,17 @@ def _theta0_file(path: str) -> np.ndarray:
 
 def run(args: argparse.Namespace) -> int:
     from samflow.api import trajectory
-    from samflow.io import save_figure, write_dataset
+    from samflow.io import (
+        FIGURE_SUFFIXES,
+        NETCDF_SUFFIXES,
+        check_output,
+        save_figure,
+        write_dataset,
+    )
 
+    check_output(args.out, NETCDF_SUFFIXES)
+    if args.figure:
+        check_output(args.figure, FIGURE_SUFFIXES)
     ds = trajectory(
         args.method,
         depth=args.depth,
@@ -65,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
         history=args.command_line,
     )
     write_dataset(ds, args.out)
-    print(
-        f"{args.out}: regime {ds.attrs['regime']} ({ds.attrs['regime_meaning']}), "
-        f"limit coordinate {ds.attrs['limit_coord']}"
-    )
+    if not args.quiet:
+        print(
+            f"{args.out}: regime {ds.attrs['regime']} ({ds.attrs['regime_meaning']}), "
+            f"limit coordinate {ds.attrs['limit_coord']}"
+        )
     if args.figure:
         import matplotlib.pyplot as plt
 

@@ -56,6 +56,8 @@ def make_axis(name: str, values, d: int | None = None) -> Axis:
     if not np.all(np.isfinite(values)):
         raise InputError(f"axis {name} contains NaN or inf")
     if name in INTEGER_AXES:
+        if np.any(np.abs(values) >= 2.0**53):
+            raise InputError(f"axis {name} takes integers below 2^53, got {values.tolist()}")
         if not np.allclose(values, np.round(values)):
             raise InputError(f"axis {name} takes integers, got {values.tolist()}")
         values = np.round(values).astype(np.int64)
@@ -111,6 +113,8 @@ def check_axes(axes: list[Axis] | tuple[Axis, ...], mode: str) -> None:
                 raise InputError(f"axis {a.name} must be > 0, got {v.tolist()}")
         if a.name == "rho" and np.any(v < 0):
             raise InputError(f"axis rho must be >= 0, got {v.tolist()}")
+        if a.name in ("seed", "mu") and np.any(v < 0):
+            raise InputError(f"axis {a.name} must be >= 0, got {v.tolist()}")
         if a.name == "depth" and np.any(v < 1):
             raise InputError(f"axis depth must be >= 1, got {v.tolist()}")
         if a.name == "eta" and mode == "flow":

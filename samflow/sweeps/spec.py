@@ -21,7 +21,7 @@ from samflow.flows import FlowConfig, formulation_for
 from samflow.init import check_alpha, check_depth, random_scales
 from samflow.precision import check_dtype
 from samflow.rules import PerturbationRule, check_rho
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Flow, check_counters
 from samflow.sweeps.axes import Axis, check_axes
 
 
@@ -80,6 +80,7 @@ class SweepSpec:
             )
         check_depth(self.depth)
         check_dtype(self.dtype)
+        check_counters(self.runner, self.dtype)
         check_axes(self.axes, self.mode)
         names = self.axis_names
         if "rho" not in names:
