@@ -219,6 +219,7 @@ def sweep(
     dtype: str = "float64",
     out: str | os.PathLike | None = None,
     progress: bool = False,
+    overwrite: bool = False,
     chunk: int = DEFAULT_CHUNK,
     mu_set: np.ndarray | None = None,
     alpha_range: tuple[float, float] = (0.05, 5.0),
@@ -234,7 +235,9 @@ def sweep(
     ``mu``, ``seed``; see :mod:`samflow.sweeps.axes`) to its values, or to a range
     ``"START:STOP:NUM[:log|:lin]"``; the grid's dims follow the mapping's order.
     ``out=None`` runs in memory and writes nothing; with a path the result is the
-    resumable store the command line uses (rerun the same call to resume). Returns
+    resumable store the command line uses (rerun the same call to resume; a finished
+    file of the same sweep is returned as it is, one of another sweep is refused unless
+    ``overwrite``). Returns
     the Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the summaries of
     :mod:`samflow.regimes` per grid point (``beta`` too with ``save_trajectories``).
     """
@@ -282,4 +285,6 @@ def sweep(
             alpha=alpha,
             runner=runner,
         )
-    return run_store(spec, out, chunk=chunk, history=history, progress=progress)
+    return run_store(
+        spec, out, chunk=chunk, history=history, progress=progress, overwrite=overwrite
+    )

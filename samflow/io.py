@@ -87,11 +87,23 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> Pat
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a file honours the umask
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_write`)."""
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:

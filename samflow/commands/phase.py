@@ -56,6 +56,9 @@ def register(sub) -> None:
     add_output_args(p, "--no-progress")
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="phase-diagram figure (PNG or PDF) of the first two axes")
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace an --out that holds another sweep"
+    )
     p.set_defaults(func=run)
 
 
@@ -114,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.out, NETCDF_SUFFIXES)
     if args.figure:
         check_output(args.figure, FIGURE_SUFFIXES)
-    ds = sweep(**kwargs, out=args.out, progress=not args.quiet, history=args.command_line)
+    ds = sweep(
+        **kwargs,
+        out=args.out,
+        progress=not args.quiet,
+        overwrite=args.overwrite,
+        history=args.command_line,
+    )
     counts = {
         int(k): int(v)
         for k, v in zip(*np.unique(ds["regime"].values, return_counts=True), strict=True)

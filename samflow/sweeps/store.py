@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ import xarray as xr
 from samflow import devices
 from samflow.engine import Setup, run_points
 from samflow.errors import InputError
-from samflow.io import base_attrs, regime_attrs, write_dataset
+from samflow.io import base_attrs, check_output, regime_attrs, write_dataset, write_text_atomic
 from samflow.sweeps.spec import SweepSpec
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
@@ -188,6 +189,69 @@ def _read_chunk(path: Path, key: str, flat: np.ndarray) -> xr.Dataset | None:
     return ds
 
 
+class _Lock:
+    """An exclusive ``fcntl`` lock on ``<work>/lock`` holding the owner's pid.
+
+    The kernel drops the lock when its process dies, so a lock left by a killed run is
+    taken over at once; a live owner makes :meth:`acquire` fail naming its pid.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        import fcntl
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise InputError(
+                f"{self.path.parent.parent / self.path.parent.stem} is in use by process "
+                f"{owner} (a sweep writing the same out)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _clear(work: Path) -> None:
+    for path in work.glob("chunk_*"):
+        path.unlink(missing_ok=True)
+    (work / "spec.json").unlink(missing_ok=True)
+
+
+def _remove_temporaries(out: Path, work: Path) -> None:
+    """Temporaries a killed writer of ``out`` left behind (only with the lock held)."""
+    for folder, stem in ((out.parent, out.stem), (work, "chunk_")):
+        for path in folder.glob(f".{stem}*.tmp"):
+            path.unlink(missing_ok=True)
+
+
+def _finished(out: Path, key: str, overwrite: bool) -> xr.Dataset | None:
+    """The finished result at ``out`` if it is this sweep's; refuse another's."""
+    if not out.exists():
+        return None
+    try:
+        ds = xr.load_dataset(out)
+    except (OSError, ValueError, RuntimeError):
+        ds = None
+    if ds is not None and ds.attrs.get("sweep_key") == key:
+        return ds
+    if not overwrite:
+        what = "another sweep" if ds is not None else "an unreadable file"
+        raise InputError(f"{out} holds {what}; pass overwrite (--overwrite) or choose another out")
+    return None
+
+
 def run(
     spec: SweepSpec,
     out: str | os.PathLike | None = None,
@@ -195,35 +259,64 @@ def run(
     chunk: int = DEFAULT_CHUNK,
     history: str | None = None,
     progress: bool = False,
+    overwrite: bool = False,
     size_limit_bytes: int | None = None,
 ) -> xr.Dataset:
-    """Run ``spec``; with ``out``, resumably into that file (see the module docstring)."""
-    from tqdm.auto import tqdm
+    """Run ``spec``; with ``out``, resumably into that file (see the module docstring).
 
+    With ``out``: a finished file of the same sweep is returned as it is ("already
+    complete"); a file of another sweep, or a work folder of another sweep, is refused
+    (``InputError``) unless ``overwrite``; a second run on the same ``out`` is refused
+    while the first holds the lock.
+    """
     check_size(spec, size_limit_bytes)
     devices.start_distributed()
     setup = spec.setup()
     chunk_size, blocks = chunk_plan(spec.size, chunk, len(devices.mesh().devices.flat))
     attrs = sweep_attrs(spec, history)
-    bar = tqdm(total=spec.size, desc="sweep", unit="point", disable=not progress)
+    key = spec.key()
+    attrs["sweep_key"] = key
     if out is None:
-        chunks = []
-        for flat in blocks:
-            chunks.append(chunk_dataset(compute(setup, spec, flat, chunk_size), flat))
-            bar.update(len(flat))
-        bar.close()
+        with _Progress(spec.size, progress) as bar:
+            chunks = []
+            for flat in blocks:
+                chunks.append(chunk_dataset(compute(setup, spec, flat, chunk_size), flat))
+                bar.update(len(flat))
         return assemble(spec, chunks, attrs)
 
-    out = Path(out)
+    out = check_output(out)
     work = out.with_name(out.name + ".work")
-    work.mkdir(parents=True, exist_ok=True)
-    key = spec.key()
-    key_file = work / "spec.json"
-    if key_file.exists() and json.loads(key_file.read_text()).get("key") != key:
-        raise InputError(
-            f"{work} holds chunks of a different sweep; remove it or choose another out"
+    lock = _Lock(work / "lock")
+    if devices.is_writer():
+        done = _finished(out, key, overwrite)
+        if done is not None:
+            if progress:
+                print(f"{out}: already complete", file=sys.stderr)
+            return done
+        work.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    try:
+        return _run_store(
+            spec, setup, out, work, key, blocks, chunk_size, attrs, progress, overwrite
         )
-    key_file.write_text(json.dumps({"key": key, "history": history}))
+    finally:
+        lock.release()
+
+
+def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress, overwrite):
+    key_file = work / "spec.json"
+    if devices.is_writer():
+        _remove_temporaries(out, work)
+        held = json.loads(key_file.read_text()).get("key") if key_file.exists() else None
+        if held is None or (held != key and overwrite):
+            _clear(work)  # a folder without its spec (or to be overwritten) is rebuilt
+        elif held != key:
+            raise InputError(
+                f"{work} holds chunks of another sweep; pass overwrite (--overwrite), remove "
+                "it, or choose another out"
+            )
+        write_text_atomic(key_file, json.dumps({"key": key, "history": attrs.get("command_line")}))
+    devices.barrier("samflow: work folder ready")
     paths = [work / f"chunk_{b[0]:012d}_{b[-1] + 1:012d}.nc" for b in blocks]
     found = [
         _read_chunk(p, key, b) if p.exists() else None for p, b in zip(paths, blocks, strict=True)
@@ -231,19 +324,20 @@ def run(
     todo = devices.agreed(np.array([ch is None for ch in found]))
     stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
     done_now = 0
-    for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
-        if todo[i]:
-            ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat)
-            ds.attrs["sweep_key"] = key
-            if devices.is_writer():
-                write_dataset(ds, path)
-            found[i] = ds
-            done_now += 1
-            if stop_after and done_now >= stop_after:
-                bar.close()
-                raise KeyboardInterrupt(f"stopped after {done_now} chunks ({STOP_AFTER_ENV})")
-        bar.update(len(flat))
-    bar.close()
+    with _Progress(spec.size, progress) as bar:
+        if progress and not todo.all():
+            bar.write(f"resuming: {int((~todo).sum())} of {len(blocks)} chunks done")
+        for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
+            if todo[i]:
+                ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat)
+                ds.attrs["sweep_key"] = key
+                if devices.is_writer():
+                    write_dataset(ds, path)
+                found[i] = ds
+                done_now += 1
+                if stop_after and done_now >= stop_after:
+                    raise KeyboardInterrupt(f"stopped after {done_now} chunks ({STOP_AFTER_ENV})")
+            bar.update(len(flat))
     devices.barrier("samflow: every chunk written")
     # A process that did not see a chunk process 0 found reads it now (shared disk).
     found = [xr.load_dataset(p) if ch is None else ch for p, ch in zip(paths, found, strict=True)]
@@ -252,3 +346,25 @@ def run(
         write_dataset(ds, out)
         shutil.rmtree(work, ignore_errors=True)
     return ds
+
+
+class _Progress:
+    """A bar over grid points (not chunks) that says when the program is compiling."""
+
+    def __init__(self, total: int, shown: bool):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc="compiling", unit="point", disable=not shown)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.close()
+
+    def write(self, text: str) -> None:
+        self.bar.write(text, file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        self.bar.set_description("sweep", refresh=False)
+        self.bar.update(n)
