@@ -33,6 +33,7 @@ except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
 from samflow.api import sweep, trajectory
+from samflow.boundary import boundary
 from samflow.errors import InputError
 from samflow.fit import FitResult, fit
 from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES
@@ -62,6 +63,7 @@ __all__ = [
     "InputError",
     "PerturbationRule",
     "__version__",
+    "boundary",
     "fit",
     "get_rule",
     "sam",

@@ -20,6 +20,7 @@ from samflow.errors import InputError, RunFailure
 COMMAND_MODULES = (
     "samflow.commands.trajectory",
     "samflow.commands.phase",
+    "samflow.commands.boundary",
     "samflow.commands.figures",
     "samflow.commands.demo",
     "samflow.images.cli",

@@ -213,6 +213,12 @@ def program(setup: Setup) -> Callable:
     times (discrete: step indices; flow: tau), starting at 0. Returns a dict of
     ``[C, ...]`` arrays (the names of :data:`samflow.sweeps.store.DIMS`).
     """
+    return jax.jit(traced_program(setup))
+
+
+def traced_program(setup: Setup) -> Callable:
+    """:func:`program` before ``jit``: to be called inside a larger compiled program
+    (a bisection loop around it, say)."""
     batch_last = setup.mode == "discrete"
     tile_fn = _discrete_tile(setup) if batch_last else _flow_tile(setup)
     mesh = devices.mesh() if setup.sharded else None
@@ -248,33 +254,39 @@ def program(setup: Setup) -> Callable:
         out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, times)
         return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
 
-    return jax.jit(run)
+    return run
+
+
+def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Array]:
+    """``points`` and ``times`` as JAX arrays of the setup's dtype, on the devices.
+
+    Call inside ``samflow.precision.precision(setup.dtype)``. A sharded setup splits the
+    points over every device (``C`` must be a multiple of the device count: the caller
+    pads) and replicates what every point shares (``y``; ``X``, ``depth`` of leading
+    size 1).
+    """
+    dt = np.dtype(setup.dtype)
+    index_dtype = jnp.int64 if dt == np.float64 else jnp.int32
+
+    def put(name, value):
+        arr = jnp.asarray(value, jnp.int32 if name == "depth" else dt)
+        if not setup.sharded:
+            return arr
+        mesh = devices.mesh()
+        shared = name == "y" or (name in ("X", "depth") and np.shape(value)[0] == 1)
+        spec = PartitionSpec() if shared else PartitionSpec("grid")
+        return jax.device_put(arr, NamedSharding(mesh, spec))
+
+    args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
+    return args, jnp.asarray(times, index_dtype if setup.mode == "discrete" else dt)
 
 
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
     """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
 
-    A sharded setup needs ``C`` to be a multiple of the device count (the caller pads);
-    inputs shared by every point (``X``, ``depth`` of leading size 1) are replicated.
+    A sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
     """
     fn = program(setup)
-    with precision(setup.dtype) as dt:
-        index_dtype = jnp.int64 if dt == np.float64 else jnp.int32
-        if setup.sharded:
-            mesh = devices.mesh()
-            split = NamedSharding(mesh, PartitionSpec("grid"))
-            whole = NamedSharding(mesh, PartitionSpec())
-
-            def put(name, value):
-                arr = jnp.asarray(value, jnp.int32 if name == "depth" else dt)
-                shared = name == "y" or (name in ("X", "depth") and np.shape(value)[0] == 1)
-                return jax.device_put(arr, whole if shared else split)
-        else:
-
-            def put(name, value):
-                return jnp.asarray(value, jnp.int32 if name == "depth" else dt)
-
-        args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
-        t = jnp.asarray(times, index_dtype if setup.mode == "discrete" else dt)
-        out = devices.gather(fn(args, t))
+    with precision(setup.dtype):
+        out = devices.gather(fn(*place(setup, points, times)))
         return {k: np.asarray(v) for k, v in out.items()}

@@ -1,0 +1,100 @@
+"""``samflow boundary``: the critical alpha of each regime edge over a grid, by bisection."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from samflow.commands.common import (
+    add_output_args,
+    add_problem_args,
+    finite_float,
+    float_list,
+    problem_from_args,
+    runner_from_args,
+)
+from samflow.errors import InputError
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "boundary",
+        help="collapse/sequential and sequential/direct critical alpha over a grid",
+        description="Find, for every point of a grid of the other axes (rho, depth, mu, eta), "
+        "the alpha where the regime changes from collapse and where it becomes direct, "
+        "by bisection on log alpha over vmapped runs in one compiled program. "
+        "Python: samflow.boundary(...).",
+    )
+    add_problem_args(p)
+    p.set_defaults(mode="flow")
+    p.add_argument(
+        "--axis",
+        action="append",
+        default=[],
+        metavar="NAME=START:STOP:NUM[:log|:lin] | NAME=v1,v2,..",
+        help="grid axis (repeatable): rho, depth, eta, mu (not alpha: it is solved for)",
+    )
+    p.add_argument(
+        "--alpha-range", default="1e-3,1e3", help="bracket LOW,HIGH of the bisection on alpha"
+    )
+    p.add_argument(
+        "--rtol-alpha",
+        type=finite_float("rtol-alpha"),
+        default=1e-6,
+        help="relative tolerance of each critical alpha",
+    )
+    p.add_argument("--out", required=True, help="output netCDF file")
+    p.add_argument("--figure", help="figure of both edges against the first axis (PNG or PDF)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from samflow.boundary import boundary
+    from samflow.io import FIGURE_SUFFIXES, NETCDF_SUFFIXES, check_output, write_dataset
+    from samflow.sweeps.axes import parse_axis
+
+    check_output(args.out, NETCDF_SUFFIXES)
+    if args.figure:
+        check_output(args.figure, FIGURE_SUFFIXES)
+    problem = problem_from_args(args)
+    d = len(problem["mu"]) if "mu" in problem else problem["data"][0].shape[-1]
+    axes = {}
+    for text in args.axis:
+        axis = parse_axis(text, d)
+        if axis.name in axes:
+            raise InputError(f"axis {axis.name} given twice")
+        axes[axis.name] = axis.values
+    lo_hi = float_list(args.alpha_range, "alpha-range")
+    if lo_hi.size != 2:
+        raise InputError(f"alpha-range must be LOW,HIGH, got {args.alpha_range!r}")
+    ds = boundary(
+        args.method,
+        depth=args.depth,
+        **problem,
+        axes=axes,
+        rho=args.rho if "rho" not in axes else None,
+        runner=runner_from_args(args),
+        alpha_range=tuple(lo_hi),
+        rtol_alpha=args.rtol_alpha,
+        dtype=args.dtype,
+        collapse_factor=args.collapse_factor,
+        history=args.command_line,
+    )
+    write_dataset(ds, args.out)
+    if not args.quiet:
+        for name in ("alpha_collapse", "alpha_direct"):
+            v = ds[name].values
+            shown = np.array2string(v.ravel()[:6], precision=6)
+            print(f"{args.out}: {name} {shown}{' ...' if v.size > 6 else ''}")
+    if args.figure:
+        import matplotlib.pyplot as plt
+
+        from samflow.boundary import figure as boundary_figure
+        from samflow.io import save_figure
+
+        fig = boundary_figure(ds)
+        save_figure(fig, args.figure)
+        plt.close(fig)
+    return 0
