@@ -186,6 +186,7 @@ def _flow_tile(setup: Setup) -> Callable:
             setup.plateau_fraction,
             beta_end=sol.beta_end,
             ended_at_blowup=at_blowup,
+            lead_start=sol.lead_start,
         )
         horizon = out.pop("horizon")
         out["blowup_tau"] = jnp.where(at_blowup, sol.stop_tau, jnp.nan)

@@ -131,6 +131,8 @@ class FlowSolution(NamedTuple):
         failed: scalar bool, True when the solver failed (max_steps, non-finite state).
         beta_end: ``[d]`` predictor where the solve ended (at a blow-up: the state
             at the event, which decides the blow-up race better than the last record).
+        lead_start: scalar int, the dominant coordinate as ``tau -> 0+`` (0: none), from
+            the field at tau = 0 (:func:`lead_at_start`): who leads before any save time.
     """
 
     tau: Array
@@ -143,6 +145,7 @@ class FlowSolution(NamedTuple):
     valid: Array
     failed: Array
     beta_end: Array
+    lead_start: Array
 
 
 def formulation_for(
@@ -163,6 +166,26 @@ def formulation_for(
             f"(method {rule.name} has {closed or 'none'})"
         )
     return requested
+
+
+def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
+    """The dominant coordinate (1-based) of ``beta(tau)`` as ``tau -> 0+``, 0 if none.
+
+    ``|beta_j(tau)| = |beta_j(0)| + tau s_j + O(tau^2)`` with ``s_j = sign(beta_j(0))
+    dbeta_j/dtau(0)`` (``|dbeta_j/dtau(0)|`` where ``beta_j(0) = 0``), so for small tau
+    the largest ``|beta_j(0)|`` leads and, among exact ties (a uniform start), the
+    largest ``s_j``. A tie in both (identical coordinates, or beta = 0 at rest) has no
+    leader at first order: 0, as for a tied record (docs/theory.md §6). This makes the
+    classification independent of the first save time: a hand-off before it is seen.
+    """
+    mag = jnp.abs(beta0)
+    slope = jnp.where(beta0 != 0, jnp.sign(beta0) * dbeta0, jnp.abs(dbeta0))
+    top = mag == jnp.max(mag)
+    score = jnp.where(top, slope, -jnp.inf)
+    winners = top & (score == jnp.max(score))
+    resting = jnp.all(mag == 0) & jnp.all(slope == 0)
+    unique = (jnp.sum(winners) == 1) & ~resting
+    return jnp.where(unique, jnp.argmax(score) + 1, 0).astype(jnp.int32)
 
 
 def _m(theta, mu, mask):
@@ -227,6 +250,10 @@ def integrate(
             return depth * jnp.max(y)
         return jnp.log(jnp.max(jnp.abs(beta(_to_theta(y, form, n_layers, depth)))))
 
+    # beta and its rate at tau = 0, through the state -> theta map of the formulation.
+    beta0, dbeta0 = jax.jvp(
+        lambda y: beta(_to_theta(y, form, n_layers, depth)), (y0,), (field(save_tau[0], y0, args),)
+    )
     low = log_beta_max(y0) - config.singular_log_range
     high = jnp.where(
         depth >= 3,
@@ -287,4 +314,5 @@ def integrate(
         valid=valid | (collapsed & ~failed),
         failed=failed,
         beta_end=beta(_to_theta(y_end, form, n_layers, depth)),
+        lead_start=lead_at_start(beta0, dbeta0),
     )

@@ -231,16 +231,26 @@ def summarize(
     plateau_fraction: float = 0.5,
     beta_end: Array | None = None,
     ended_at_blowup: Array | bool = False,
+    lead_start: Array | None = None,
 ) -> dict[str, Array]:
     """:func:`start`, :func:`track` and :func:`finish` over recorded ``beta`` ``[T, d, *batch]``.
 
     ``tau``, ``loss``, ``valid`` are ``[T, *batch]`` (``valid`` broadcasts). Returns
     :func:`finish`'s summaries plus the per-record ``dominant`` ``[T]`` (0 where
     invalid or tied), ``beta_norm`` and ``loss`` ``[T]`` (NaN outside the horizon).
+
+    ``lead_start`` ``[*batch]``: the leader as ``tau -> 0+`` (a flow knows it from its
+    field, :func:`samflow.flows.lead_at_start`); it becomes the dominant coordinate of
+    record 0, which otherwise has none, so a hand-off before the first save time
+    counts (a sequential run is never classified direct because of the save grid).
     """
     beta, tau, loss = jnp.asarray(beta), jnp.asarray(tau), jnp.asarray(loss)
     valid = jnp.broadcast_to(jnp.asarray(valid), tau.shape)
     state, first = start(beta[0], loss[0], valid[0])
+    if lead_start is not None:
+        first["dominant"] = jnp.broadcast_to(
+            jnp.asarray(lead_start, jnp.int32), first["dominant"].shape
+        )
 
     def body(state, record):
         return track(state, *record)
