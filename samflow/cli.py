@@ -28,7 +28,12 @@ COMMAND_MODULES = (
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit status 2."""
+    """argparse that reports usage errors as one line and exit status 2, and takes no
+    abbreviated options (``--alpha`` must never mean ``--alpha-range``)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         raise InputError(message)
@@ -60,8 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     use_cpu_cores()  # the command line owns its process: one JAX device per core
     parser = build_parser()
     try:
-        if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
-            raise InputError(f"unknown option {argv[0]!r} (options go after the command)")
+        _name_unknown_options(parser, argv)
         args = parser.parse_args(argv)
         args.command_line = "samflow " + " ".join(argv)
         status = args.func(args)
@@ -75,6 +79,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("samflow: interrupted", file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+def _name_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """An unknown option is named before anything else is said about the command line
+    (argparse would first complain about missing required options)."""
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        raise InputError(f"unknown option {argv[0]!r} (options go after the command)")
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = commands.choices.get(argv[0]) if argv else None
+    if sub is None:
+        return
+    known = set(sub._option_string_actions)
+    for token in argv[1:]:
+        if token == "--":
+            break
+        if token.startswith("--") and token.split("=", 1)[0] not in known:
+            raise InputError(f"{argv[0]}: unknown option {token.split('=', 1)[0]!r}")
 
 
 def _one_line(err: BaseException) -> str:

@@ -13,6 +13,7 @@ from samflow.commands.common import (
     float_list,
     problem_from_args,
     runner_from_args,
+    unless_varied,
 )
 from samflow.errors import InputError
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         depth=args.depth,
         **problem,
         axes=axes,
-        rho=args.rho if "rho" not in axes else None,
+        rho=unless_varied(args, "rho", axes),
         runner=runner_from_args(args),
         alpha_range=tuple(lo_hi),
         rtol_alpha=args.rtol_alpha,

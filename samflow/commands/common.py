@@ -21,6 +21,8 @@ from samflow.runners import SOLVERS, Discrete, Flow, default
 def float_list(text: str, name: str) -> np.ndarray:
     """Parse ``"1,2,3"`` into finite floats; InputError naming ``name`` otherwise."""
     try:
+        if not text.isascii():  # float() takes other scripts' digits: '١' is 1
+            raise ValueError(text)
         values = np.array([float(v) for v in text.split(",") if v.strip() != ""])
     except ValueError:
         raise InputError(f"{name} must be comma-separated numbers, got {text!r}") from None
@@ -36,12 +38,28 @@ def finite_float(name: str):
 
     def parse(text: str) -> float:
         try:
+            if not text.isascii():  # float() takes other scripts' digits: '١' is 1
+                raise ValueError(text)
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
         if not np.isfinite(value):
             raise argparse.ArgumentTypeError(f"{name} must be finite, got {text!r}")
         return value
+
+    return parse
+
+
+def integer(name: str):
+    """argparse type: an integer in ASCII digits, the error naming the option."""
+
+    def parse(text: str) -> int:
+        try:
+            if not text.isascii():  # int() takes other scripts' digits: '١' is 1
+                raise ValueError(text)
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
 
     return parse
 
@@ -73,7 +91,7 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         return default(runner, name)
 
     p.add_argument("--method", required=True, choices=METHODS, help="optimizer")
-    p.add_argument("--depth", required=True, type=int, help="number of layers L >= 1")
+    p.add_argument("--depth", required=True, type=integer("depth"), help="number of layers L >= 1")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--mu", help="one data point x = mu, y = +1: comma-separated, > 0")
     src.add_argument("--data", help=".npz with X (n, d) and y (n,) in {-1, +1}")
@@ -83,11 +101,20 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "--eta", type=finite_float("eta"), default=d(Discrete, "eta"), help="step size (discrete)"
     )
     p.add_argument(
-        "--steps", type=int, default=d(Discrete, "steps"), help="number of steps (discrete)"
+        "--steps",
+        type=integer("steps"),
+        default=d(Discrete, "steps"),
+        help="number of steps (discrete)",
     )
-    p.add_argument("--record-every", type=int, help="record every K steps (default steps/100)")
     p.add_argument(
-        "--log-records", type=int, help="instead: this many log-spaced records (discrete)"
+        "--record-every",
+        type=integer("record-every"),
+        help="record every K steps (default steps/100)",
+    )
+    p.add_argument(
+        "--log-records",
+        type=integer("log-records"),
+        help="instead: this many log-spaced records (discrete)",
     )
     p.add_argument(
         "--tau-max", type=finite_float("tau-max"), default=d(Flow, "tau_max"), help="flow horizon"
@@ -96,7 +123,10 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "--tau-min", type=finite_float("tau-min"), help="first save time (flow; tau-max * 1e-4)"
     )
     p.add_argument(
-        "--n-save", type=int, default=d(Flow, "n_save"), help="log-spaced save times (flow)"
+        "--n-save",
+        type=integer("n-save"),
+        default=d(Flow, "n_save"),
+        help="log-spaced save times (flow)",
     )
     p.add_argument(
         "--formulation",
@@ -111,7 +141,10 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "--atol", type=finite_float("atol"), default=d(Flow, "atol"), help="flow tolerance"
     )
     p.add_argument(
-        "--max-steps", type=int, default=d(Flow, "max_steps"), help="flow: solver step cap"
+        "--max-steps",
+        type=integer("max-steps"),
+        default=d(Flow, "max_steps"),
+        help="flow: solver step cap",
     )
     p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     p.add_argument(
@@ -128,15 +161,15 @@ def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
 
 
 def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
-    """The runner the options describe (validated by the runner itself)."""
-    if args.mode == "discrete":
-        return Discrete(
-            eta=args.eta,
-            steps=args.steps,
-            record_every=args.record_every,
-            log_records=getattr(args, "log_records", None),
-        )
-    return Flow(
+    """The runner the options describe. Both runners are made, so that a bad value of
+    the other mode's options is an error too (never silently ignored)."""
+    discrete = Discrete(
+        eta=args.eta,
+        steps=args.steps,
+        record_every=args.record_every,
+        log_records=getattr(args, "log_records", None),
+    )
+    flow = Flow(
         tau_max=args.tau_max,
         n_save=args.n_save,
         tau_min=args.tau_min,
@@ -146,6 +179,23 @@ def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
         max_steps=args.max_steps,
         formulation=args.formulation,
     )
+    return discrete if args.mode == "discrete" else flow
+
+
+def unless_varied(args: argparse.Namespace, name: str, axes) -> float | None:
+    """The value of option ``--name`` for the library, or None when an axis varies it.
+
+    A value given beside its axis is still checked (a bad value is an error even where
+    the axis makes it unused): ``rho >= 0``, ``alpha > 0``.
+    """
+    from samflow.init import check_alpha
+    from samflow.rules import SAM_L2, check_rho
+
+    value = getattr(args, name)
+    if value is not None:
+        check_rho(SAM_L2, value) if name == "rho" else check_alpha(value)
+    varied = {"alpha": {"alpha", "seed"}, "rho": {"rho"}}[name] & set(axes)
+    return None if varied else value
 
 
 def problem_from_args(args: argparse.Namespace) -> dict:

@@ -11,8 +11,10 @@ from samflow.commands.common import (
     add_problem_args,
     finite_float,
     float_list,
+    integer,
     problem_from_args,
     runner_from_args,
+    unless_varied,
 )
 from samflow.errors import InputError
 
@@ -35,7 +37,7 @@ def register(sub) -> None:
         help="grid axis (repeatable): alpha, alpha_1..alpha_d, rho, depth, eta, mu, seed",
     )
     p.add_argument(
-        "--alpha", type=finite_float("alpha"), default=1.0, help="alpha where no axis sets it"
+        "--alpha", type=finite_float("alpha"), help="alpha where no axis sets it (default 1)"
     )
     p.add_argument("--mu-file", help="for --axis mu: .npy or text file of mu vectors (k, d)")
     p.add_argument(
@@ -49,7 +51,7 @@ def register(sub) -> None:
         default=0.5,
         help="plateau ends when the loss falls to this fraction of its initial value",
     )
-    p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
+    p.add_argument("--chunk", type=integer("chunk"), default=16384, help="grid points per chunk")
     p.add_argument(
         "--save-trajectories", action="store_true", help="also keep beta(time, coord) per point"
     )
@@ -96,8 +98,8 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
         depth=args.depth,
         **problem,
         axes=axes,
-        rho=args.rho if "rho" not in axes else None,
-        alpha=args.alpha if not {"alpha", "seed"} & set(axes) else None,
+        rho=unless_varied(args, "rho", axes),
+        alpha=unless_varied(args, "alpha", axes),
         runner=runner_from_args(args),
         dtype=args.dtype,
         chunk=args.chunk,

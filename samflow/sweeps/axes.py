@@ -74,6 +74,8 @@ def parse_axis(text: str, d: int | None = None) -> Axis:
         )
     name, spec = (s.strip() for s in text.split("=", 1))
     _check_name(name, d)
+    if not spec.isascii():  # float() takes other scripts' digits: '١' is 1
+        raise InputError(f"bad axis {text!r}: values must be ASCII numbers")
     try:
         if ":" in spec:
             parts = spec.split(":")
