@@ -1,0 +1,153 @@
+"""The sweep store: kill and resume at any moment, chunk sizes and device counts that
+change between runs, locks, leftovers of other runs, finished files."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import samflow
+from samflow.sweeps.store import STOP_AFTER_ENV, _Lock
+
+GRID = ["--axis", "alpha=0.05:3:6:log", "--axis", "rho=0.2,0.6,1,1.4,2"]
+PHASE = ["phase", "--method", "sam-l2", "--depth", "2", "--mu", "1,2,3,4", *GRID]
+PHASE += ["--eta", "0.05", "--steps", "400", "-q"]
+
+
+def run_phase(out, chunk: int, devices: int = 1, stop_after: int = 0, extra=(), wait=True):
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+    env.pop(STOP_AFTER_ENV, None)
+    if stop_after:
+        env[STOP_AFTER_ENV] = str(stop_after)
+    code = "import sys; from samflow.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, *PHASE, "--chunk", str(chunk), "--out", str(out), *extra]
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    if not wait:
+        return proc
+    _, stderr = proc.communicate(timeout=300)
+    return proc.returncode, stderr
+
+
+def same_result(a: xr.Dataset, b: xr.Dataset) -> None:
+    assert set(a.data_vars) == set(b.data_vars)
+    for name in a.data_vars:
+        np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
+    keep = lambda ds: {k: v for k, v in ds.attrs.items() if k != "command_line"}  # noqa: E731
+    assert str(keep(a)) == str(keep(b))
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory):
+    out = tmp_path_factory.mktemp("clean") / "clean.nc"
+    status, err = run_phase(out, chunk=8)
+    assert status == 0, err
+    return xr.load_dataset(out)
+
+
+@pytest.mark.parametrize(
+    "chunk, devices, stop_after, resume_chunk, resume_devices",
+    [
+        (3, 1, 1, 3, 1),  # the same command again
+        (7, 2, 2, 7, 2),
+        (3, 1, 4, 7, 2),  # another chunk size and device count on resume
+        (4, 2, 3, 5, 1),
+    ],
+)
+def test_resume_after_a_stop_equals_a_clean_run(
+    tmp_path, clean, chunk, devices, stop_after, resume_chunk, resume_devices
+):
+    out = tmp_path / "g.nc"
+    status, _ = run_phase(out, chunk, devices, stop_after=stop_after)
+    assert status == 130 and not out.exists()
+    assert len(list((tmp_path / "g.nc.work").glob("chunk_*.nc"))) == stop_after
+    status, err = run_phase(out, resume_chunk, resume_devices)
+    assert status == 0, err
+    same_result(xr.load_dataset(out), clean)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.nc"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kill_at_a_random_moment(tmp_path, clean, seed):
+    rng = random.Random(seed)
+    out = tmp_path / "k.nc"
+    proc = run_phase(out, chunk=rng.choice([2, 3, 5]), devices=rng.choice([1, 2]), wait=False)
+    time.sleep(rng.uniform(1.0, 6.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    status, err = run_phase(out, chunk=rng.choice([2, 3, 5]), devices=rng.choice([1, 2]))
+    assert status == 0, err
+    same_result(xr.load_dataset(out), clean)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.nc"]  # no temporaries left
+
+
+def test_unreadable_and_foreign_chunks_are_recomputed(tmp_path, clean):
+    out = tmp_path / "t.nc"
+    assert run_phase(out, chunk=6, stop_after=3)[0] == 130
+    chunks = sorted((tmp_path / "t.nc.work").glob("chunk_*.nc"))
+    os.truncate(chunks[0], 2000)  # a chunk cut short
+    # a chunk of another sweep under a name this one uses
+    other = tmp_path / "other.nc"
+    ds = xr.load_dataset(chunks[1])
+    ds.attrs["sweep_key"] = "0123456789abcdef"
+    ds.to_netcdf(other)
+    os.replace(other, chunks[1])
+    status, err = run_phase(out, chunk=6)
+    assert status == 0, err
+    same_result(xr.load_dataset(out), clean)
+
+
+def test_work_folder_without_its_spec_is_rebuilt(tmp_path, clean):
+    out = tmp_path / "w.nc"
+    assert run_phase(out, chunk=6, stop_after=2)[0] == 130
+    (tmp_path / "w.nc.work" / "spec.json").unlink()
+    assert run_phase(out, chunk=6)[0] == 0
+    same_result(xr.load_dataset(out), clean)
+
+
+def test_a_second_run_on_the_same_out_is_refused(tmp_path):
+    work = tmp_path / "l.nc.work"
+    work.mkdir()
+    lock = _Lock(work / "lock")
+    lock.acquire()
+    try:
+        status, err = run_phase(tmp_path / "l.nc", chunk=6)
+    finally:
+        lock.release()
+    assert status == 2
+    assert f"in use by process {os.getpid()}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_finished_and_foreign_outputs(tmp_path, clean):
+    out = tmp_path / "f.nc"
+    assert run_phase(out, chunk=30)[0] == 0
+    mtime = out.stat().st_mtime_ns
+    status, err = run_phase(out, chunk=30, extra=["--steps", "400"])
+    assert status == 0 and out.stat().st_mtime_ns == mtime  # already complete: not rerun
+    status, err = run_phase(out, chunk=30, extra=["--steps", "300"])
+    assert status == 2 and "another sweep" in err and "--overwrite" in err
+    status, err = run_phase(out, chunk=30, extra=["--steps", "300", "--overwrite"])
+    assert status == 0
+    assert int(xr.load_dataset(out)["step"].values[-1]) == 300
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_files_honour_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        samflow.trajectory(
+            "gd", depth=2, mu=[1.0, 2.0], alpha=0.5, runner=samflow.Discrete(0.1, 10)
+        ).to_netcdf(tmp_path / "ref.nc")
+        from samflow.io import write_dataset
+
+        path = write_dataset(xr.load_dataset(tmp_path / "ref.nc"), tmp_path / "u.nc")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == mode
