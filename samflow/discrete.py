@@ -10,7 +10,7 @@ with ``z~`` the margin at the perturbed point; for n > 1 the loss does not facto
 and ``tau`` is the plain time ``eta * t``.
 
 Numerical failure: at every record the state is checked; the first record whose
-parameters are not all finite sets ``failed_step`` (-1 while none failed).
+parameters or predictor are not all finite sets ``failed_step`` (-1 while none failed).
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def simulate(
         return out
 
     def all_finite(theta, tau):
-        return jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
+        # beta too: finite layers can still multiply to an overflow.
+        finite = jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
+        return finite & jnp.all(jnp.isfinite(beta(theta)), axis=0)
 
     def unrolled(_, carry):
         for _ in range(unroll):

@@ -176,6 +176,8 @@ def _flow_tile(setup: Setup) -> Callable:
             theta0, Problem(X, y), depth, rho, times, rule=setup.rule, config=setup.flow
         )
         at_blowup = sol.blowup & (depth >= 3)
+        # At an upper event (a blow-up, or the overflow guard at L <= 2) the state at the
+        # event decides the limit: it is later than the last record.
         out = summarize(
             sol.beta,
             sol.tau,
@@ -185,7 +187,7 @@ def _flow_tile(setup: Setup) -> Callable:
             setup.collapse_factor,
             setup.plateau_fraction,
             beta_end=sol.beta_end,
-            ended_at_blowup=at_blowup,
+            ended_at_blowup=sol.blowup,
             lead_start=sol.lead_start,
         )
         horizon = out.pop("horizon")

@@ -129,8 +129,10 @@ class FlowSolution(NamedTuple):
             after a collapse). Records the solver reached before a failure stay valid:
             the failure is flagged, the accepted part of the trajectory kept.
         failed: scalar bool, True when the solver failed (max_steps, non-finite state).
-        beta_end: ``[d]`` predictor where the solve ended (at a blow-up: the state
-            at the event, which decides the blow-up race better than the last record).
+        beta_end: ``[d]`` predictor where the solve ended, scaled so that its largest
+            ``|beta_j|`` is 1 (taken in log space: it does not overflow at the event). At
+            a blow-up or the overflow guard it is the state at the event, which decides
+            the race better than the last record.
         lead_start: scalar int, the dominant coordinate as ``tau -> 0+`` (0: none), from
             the field at tau = 0 (:func:`lead_at_start`): who leads before any save time.
     """
@@ -205,6 +207,16 @@ def _plain_field(tau, theta, args):
     g, _ = grad_and_aux(theta, problem, mask)
     g_adv, _ = grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)
     return -g_adv
+
+
+def _end_direction(y, formulation, n_layers, depth):
+    """beta at the state ``y`` over its largest ``|beta_j|``, from ``log |beta|``."""
+    if formulation == "log":  # u > 0: log beta_j = L s_j
+        log_b, sign = depth * y, 1.0
+    else:
+        b = beta(_to_theta(y, formulation, n_layers, depth))
+        log_b, sign = jnp.log(jnp.abs(b)), jnp.sign(b)
+    return sign * jnp.exp(log_b - jnp.max(log_b))
 
 
 def _to_theta(y, formulation, n_layers, depth):
@@ -296,8 +308,10 @@ def integrate(
     theta = _to_theta(ys, form, n_layers, depth)
     # The event is seen at the end of a step; records inside that step beyond the
     # upper edge (an overflow there, for L <= 2) are past the horizon too.
-    inside = (save_tau <= t_end) & (jax.vmap(log_beta_max)(ys) <= high)
-    valid = inside & jnp.all(jnp.isfinite(theta), axis=(-2, -1))
+    # A NaN record inside the horizon stays valid, so that the run is FAILED, never
+    # classified from its other records.
+    inside = (save_tau <= t_end) & ~(jax.vmap(log_beta_max)(ys) > high)
+    valid = inside
     zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
     after = jnp.where(collapsed & ~failed, zero, jnp.nan)
     theta = jnp.where(valid[:, None, None], theta, after)
@@ -313,6 +327,6 @@ def integrate(
         collapsed=collapsed,
         valid=valid | (collapsed & ~failed),
         failed=failed,
-        beta_end=beta(_to_theta(y_end, form, n_layers, depth)),
+        beta_end=_end_direction(y_end, form, n_layers, depth),
         lead_start=lead_at_start(beta0, dbeta0),
     )

@@ -50,7 +50,12 @@ UNRESOLVED_HOW = (
     "initial value (it may yet collapse or recover); or no record inside the horizon "
     "has a dominant coordinate (all |beta_j| tied)"
 )
-LIMIT_COLLAPSED, LIMIT_FINITE = 0, -2
+LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE = 0, -1, -2, -3, -4
+LIMIT_MEANINGS = (
+    "j >= 1: coordinate j dominates at the horizon; 0: beta collapsed to 0; -1: failed; "
+    "-2: converged to a finite nonzero point; -3: stalled (the loss underflowed to 0, so "
+    "the run stopped moving: not a limit); -4: no dominant coordinate at the horizon"
+)
 
 
 def dominant(beta: Array) -> Array:
@@ -149,9 +154,12 @@ def finish(
     overflow inside it, or at record 0, makes the trajectory ``FAILED``, as does
     ``failed`` ``[*batch]``, a failure found elsewhere (solver, runner).
 
-    Returns ``regime`` (int8); ``limit_coord``: D at the horizon (the last valid
-    record), 0 after a collapse, -2 when beta converged to a finite nonzero point
-    (relative change below ``converged_rtol`` between the last two valid records), or,
+    Returns ``regime`` (int8); ``limit_coord`` (codes :data:`LIMIT_MEANINGS`): D at the
+    horizon (the last valid record), 0 after a collapse, -1 for a failed run, -2 when
+    beta converged to a finite nonzero point (relative change below ``converged_rtol``
+    between the last two valid records), -3 when it stopped moving because the loss
+    underflowed to 0 (a stall, not a limit), -4 when the horizon has no dominant
+    coordinate, or,
     when the run ended at a finite-time blow-up (``ended_at_blowup``), D of
     ``beta_end`` ``[d, *batch]``, the state at the event (the leader at the last record
     can still lose the race); ``first_amplified``: D at the first record with a
@@ -200,9 +208,10 @@ def finish(
         SEQUENTIAL,
     )
     converged = any_later & (state.last_change / jnp.maximum(normT, 1e-300) < converged_rtol)
+    loss_T = jnp.max(jnp.where(t == horizon, loss, -jnp.inf), axis=0)
     limit = jnp.select(
-        [regime == COLLAPSE, converged, regime == FAILED],
-        [LIMIT_COLLAPSED, LIMIT_FINITE, 0],
+        [regime == COLLAPSE, regime == FAILED, converged & (loss_T == 0), converged, last_D == 0],
+        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_STALLED, LIMIT_FINITE, LIMIT_NONE],
         last_D,
     )
     if beta_end is not None:

@@ -25,6 +25,7 @@ from samflow import devices
 from samflow.engine import Setup, run_points
 from samflow.errors import InputError
 from samflow.io import base_attrs, check_output, regime_attrs, write_dataset, write_text_atomic
+from samflow.regimes import LIMIT_MEANINGS
 from samflow.sweeps.spec import SweepSpec
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
@@ -53,10 +54,7 @@ DIMS = {
     "theta_final": ("layer", "coord"),
 }
 ATTRS = {
-    "limit_coord": {
-        "long_name": "coordinate dominating at the horizon",
-        "comment": "0: beta collapsed to 0; -2: converged to a finite nonzero point",
-    },
+    "limit_coord": {"long_name": "coordinate dominating at the horizon", "comment": LIMIT_MEANINGS},
     "first_amplified": {"long_name": "dominant coordinate at the first record after tau = 0"},
     "n_handoffs": {"long_name": "number of changes of the dominant coordinate"},
     "plateau_end_tau": {"long_name": "first tau with loss <= plateau_fraction * loss(0)"},

@@ -1,0 +1,68 @@
+"""Numerical failure is reported per point, never classified: overflow, NaN, stalls."""
+
+import numpy as np
+
+import samflow
+from samflow.regimes import (
+    FAILED,
+    LIMIT_FAILED,
+    LIMIT_STALLED,
+    finish,
+    start,
+    track,
+)
+
+MU = [1.0, 2.0, 3.0, 4.0]
+
+
+def test_beta_overflow_with_finite_layers_fails_at_its_step():
+    """Each layer 1e80 is finite; their product at depth 4 (1e320) overflows float64."""
+    t = samflow.trajectory(
+        "gd", depth=4, mu=[1.0, 2.0], alpha=1e80, runner=samflow.Discrete(0.1, 10)
+    )
+    assert int(t["regime_code"]) == FAILED
+    assert t.attrs["failed_step"] == 0  # the step where it failed, never -1 ("none")
+    assert t.attrs["limit_coord"] == LIMIT_FAILED
+
+
+def test_overflow_during_the_run_names_the_step():
+    t = samflow.trajectory(
+        "gd", depth=3, mu=[1.0, 2.0], alpha=1.0, runner=samflow.Discrete(1e150, 40, record_every=1)
+    )
+    assert t.attrs["regime"] == FAILED and t.attrs["failed_step"] > 0
+    step = t.attrs["failed_step"]
+    beta = t["beta"].values
+    assert np.all(np.isfinite(beta[:step])) and not np.all(np.isfinite(beta[step]))
+
+
+def test_a_loss_that_underflows_is_a_stall_not_a_finite_limit():
+    """alpha = 30 at L = 2: the margin is ~3e4, exp(-z) underflows to 0 and so does the
+    gradient; the iterates stop moving, which is no convergence to a finite limit."""
+    t = samflow.trajectory(
+        "sam-l2", depth=2, mu=MU, alpha=30.0, rho=1.0, runner=samflow.Discrete(0.1, 100)
+    )
+    assert t["loss"].values[-1] == 0.0
+    assert t.attrs["limit_coord"] == LIMIT_STALLED
+
+
+def test_overflow_guard_never_reads_as_collapse():
+    t = samflow.trajectory(
+        "sam-l2", depth=2, mu=MU, alpha=0.5, rho=1.0, runner=samflow.Flow(tau_max=1e308)
+    )
+    assert t.attrs["overflow_guard_hit"] == 1 and t.attrs["collapsed_to_zero"] == 0
+    assert t.attrs["limit_coord"] == 4  # the major coordinate leads at the guard
+    assert t.attrs["regime_meaning"] != "collapse"
+
+
+def test_a_nan_inside_the_horizon_is_never_classified():
+    """Records 0..3 of a direct-looking run, record 2 NaN: FAILED, whatever the others say."""
+    beta = np.array([[1.0, 1.0], [1.0, 2.0], [np.nan, np.nan], [1.0, 4.0]])
+    loss = np.array([0.7, 0.5, np.nan, 0.1])
+    state, first = start(beta[0], loss[0])
+    records = [first]
+    for b, lo in zip(beta[1:], loss[1:], strict=True):
+        state, rec = track(state, b, lo)
+        records.append(rec)
+    stacked = {k: np.stack([r[k] for r in records]) for k in records[0]}
+    out = finish(state, stacked, np.arange(4.0))
+    assert int(out["regime"]) == FAILED and int(out["limit_coord"]) == LIMIT_FAILED
