@@ -21,10 +21,10 @@ from samflow.engine import Points, Setup, run_points
 from samflow.errors import InputError
 from samflow.flows import FlowConfig, formulation_for
 from samflow.init import balanced, check_alpha, check_depth, from_array, is_balanced
-from samflow.io import base_attrs, regime_attrs
+from samflow.io import base_attrs, describe, regime_attrs
 from samflow.model import make_problem
 from samflow.precision import check_dtype
-from samflow.regimes import NAMES
+from samflow.regimes import LIMIT_MEANINGS, NAMES
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete, Flow, check_counters
 from samflow.sweeps.axes import Axis, make_axis, parse_axis
@@ -44,7 +44,7 @@ def _check_runner(runner) -> Discrete | Flow:
 
 
 def _call(name: str, **kwargs) -> str:
-    """A readable record of a Python call, for the ``command_line`` attribute."""
+    """A readable record of a Python call, for the ``history`` attribute."""
     shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None)
     return f"samflow.{name}({shown})"
 
@@ -105,8 +105,9 @@ def trajectory(
     ``beta(time, coord)``, ``tau(time)`` (rescaled time; ``eta * step`` for n > 1
     points), ``loss(time)``, ``dominant(time)``, ``theta_final(layer, coord)``,
     ``step(time)`` (discrete), ``theta(time, layer, coord)`` (``save_theta``), the
-    scalar ``regime_code``; attributes: the settings, the regime and its meaning,
-    ``limit_coord``, ``first_amplified``, and for flows where and why the solve ended.
+    scalars ``regime`` (CF flags) and ``limit_coord``; ``tau`` (and ``step``) are
+    coordinates along ``time``; attributes: the settings, the regime's meaning,
+    ``first_amplified``, and for flows where and why the solve ended.
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)
@@ -159,20 +160,28 @@ def trajectory(
         "long_name": "rescaled time" if one_point else "time eta * steps",
         "symbol": r"$\tau$" if one_point else r"$t$",
     }
+    coords["tau"] = ("time", r["rescaled_tau"] if discrete else times, tau_attrs)
+    if discrete:
+        coords["step"] = ("time", times, {"long_name": "step index of each record"})
     data = {
         "beta": (("time", "coord"), r["beta"], {"long_name": "predictor beta"}),
-        "tau": ("time", r["rescaled_tau"] if discrete else times, tau_attrs),
         "loss": ("time", r["loss"], {"long_name": "logistic loss"}),
         "dominant": ("time", r["dominant"], {"long_name": "dominant coordinate (0: none)"}),
-        "theta_final": (("layer", "coord"), r["theta_final"][:depth]),
+        "theta_final": (
+            ("layer", "coord"),
+            r["theta_final"][:depth],
+            {"long_name": "theta at the horizon"},
+        ),
     }
-    if discrete:
-        data["step"] = ("time", times, {"long_name": "step index of each record"})
     if save_theta:
-        data["theta"] = (("time", "layer", "coord"), r["theta"][:, :depth])
+        data["theta"] = (("time", "layer", "coord"), r["theta"][:, :depth], {"long_name": "theta"})
     ds = xr.Dataset(data, coords=coords)
     regime = int(r["regime"])
-    ds["regime_code"] = xr.DataArray(np.int8(regime), attrs=regime_attrs())
+    ds["regime"] = xr.DataArray(np.int8(regime), attrs=regime_attrs())
+    ds["limit_coord"] = xr.DataArray(
+        np.int32(r["limit_coord"]),
+        attrs={"long_name": "coordinate dominating at the horizon", "comment": LIMIT_MEANINGS},
+    )
     if discrete:
         extra = {"failed_step": int(r["failed_step"])}
     else:
@@ -194,16 +203,14 @@ def trajectory(
         dtype=dtype,
         n_points=n,
         mu=np.asarray(problem.X[0], dtype=np.float64) if one_point else None,
-        command_line=history,
-        regime=regime,
+        history=history,
         regime_meaning=NAMES[regime],
-        limit_coord=int(r["limit_coord"]),
         first_amplified=int(r["first_amplified"]),
         collapse_factor=collapse_factor,
         **runner.attrs(),
         **extra,
     )
-    return ds
+    return describe(ds)
 
 
 def sweep(

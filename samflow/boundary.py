@@ -36,7 +36,7 @@ from samflow import devices
 from samflow.api import _call, _check_runner
 from samflow.engine import Points, place, traced_program
 from samflow.errors import InputError
-from samflow.io import base_attrs
+from samflow.io import base_attrs, describe
 from samflow.model import make_problem
 from samflow.precision import precision
 from samflow.regimes import COLLAPSE, DIRECT, FAILED
@@ -173,7 +173,7 @@ def boundary(
                 "comment": "NaN: no such edge inside alpha_range, or a run failed",
             },
         )
-    ds = xr.Dataset(data_vars, coords=coords)
+    ds = describe(xr.Dataset(data_vars, coords=coords))
     if history is None:
         history = _call(
             "boundary",
@@ -204,7 +204,7 @@ def boundary(
         rtol_alpha=rtol_alpha,
         bisection_steps=n_iter,
         collapse_factor=collapse_factor,
-        command_line=history,
+        history=history,
         **runner.attrs(),
     )
     return ds

@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     write_dataset(ds, args.out)
     if not args.quiet:
         print(
-            f"{args.out}: regime {ds.attrs['regime']} ({ds.attrs['regime_meaning']}), "
-            f"limit coordinate {ds.attrs['limit_coord']}"
+            f"{args.out}: regime {int(ds['regime'])} ({ds.attrs['regime_meaning']}), "
+            f"limit coordinate {int(ds['limit_coord'])}"
         )
     if args.figure:
         import matplotlib.pyplot as plt

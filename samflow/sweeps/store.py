@@ -24,7 +24,14 @@ import xarray as xr
 from samflow import devices
 from samflow.engine import Setup, run_points
 from samflow.errors import InputError
-from samflow.io import base_attrs, check_output, regime_attrs, write_dataset, write_text_atomic
+from samflow.io import (
+    base_attrs,
+    check_output,
+    describe,
+    regime_attrs,
+    write_dataset,
+    write_text_atomic,
+)
 from samflow.regimes import LIMIT_MEANINGS
 from samflow.sweeps.spec import SweepSpec
 
@@ -67,7 +74,7 @@ ATTRS = {
     "dominant": {"long_name": "dominant coordinate D = argmax_j |beta_j| (0: none)"},
     "beta_norm": {"long_name": "||beta||_1"},
     "loss": {"long_name": "logistic loss"},
-    "rescaled_tau": {"long_name": "rescaled time of each record"},
+    "rescaled_tau": {"long_name": "rescaled time of each record", "symbol": r"$\tau$"},
     "final_direction": {"long_name": "beta / ||beta||_1 at the horizon"},
     "takeover_tau": {"long_name": "first recorded tau at which coordinate j dominates"},
     "beta": {"long_name": "predictor beta"},
@@ -145,13 +152,21 @@ def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Datas
     ds["regime"] = ds["regime"].astype(np.int8)
     ds["regime"].attrs.update(regime_attrs())
     if spec.mode == "discrete":
-        ds["step"] = ("time", times, {"long_name": "step index of each record"})
+        ds = ds.assign_coords(step=("time", times, {"long_name": "step index of each record"}))
     else:
-        ds["tau"] = ("time", times, {"long_name": "rescaled time", "symbol": r"$\tau$"})
+        tau = {"long_name": "rescaled time", "symbol": r"$\tau$", "units": "1"}
+        ds = ds.assign_coords(tau=("time", times, tau))
     if spec.mu_set:
         ds["mu_values"] = (("mu", "coord"), np.asarray(spec.mu_set), {"long_name": "mu vector"})
+    if "seed" in spec.axis_names:
+        seeds = next(a for a in spec.axes if a.name == "seed").array()
+        ds["seed_alpha"] = (
+            ("seed", "coord"),
+            spec.seed_alpha(seeds),
+            {"long_name": "alpha_j drawn for each seed (log-uniform in alpha_range)"},
+        )
     ds.attrs = attrs
-    return ds
+    return describe(ds)
 
 
 def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
@@ -171,7 +186,7 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         collapse_factor=spec.collapse_factor,
         plateau_fraction=spec.plateau_fraction,
         flow_formulation=spec.formulation,
-        command_line=history,
+        history=history,
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
     )
 
@@ -313,7 +328,7 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
                 f"{work} holds chunks of another sweep; pass overwrite (--overwrite), remove "
                 "it, or choose another out"
             )
-        write_text_atomic(key_file, json.dumps({"key": key, "history": attrs.get("command_line")}))
+        write_text_atomic(key_file, json.dumps({"key": key, "history": attrs.get("history")}))
     devices.barrier("samflow: work folder ready")
     paths = [work / f"chunk_{b[0]:012d}_{b[-1] + 1:012d}.nc" for b in blocks]
     found = [
