@@ -1,4 +1,4 @@
-"""Independent NumPy float64 reference: plain loops over the formulas of THEORY 1, 2 and 6.
+"""Independent NumPy float64 reference: plain loops over the formulas of docs/theory.md §1, 2 and 6.
 
 Nothing here imports samflow: it is the yardstick the engine is measured against.
 """
@@ -69,7 +69,7 @@ def run(W0, X, y, method, rho, eta, steps):
 
 
 def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, plateau_fraction=0.5):
-    """THEORY section 6 for one trajectory ``beta`` ``[T, d]``, by plain loops.
+    """docs/theory.md §6 for one trajectory ``beta`` ``[T, d]``, by plain loops.
 
     Returns the same names as ``samflow.regimes.summarize`` (per-record ``dominant``).
     """

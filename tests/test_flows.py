@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+from runs import record_schedule, run_discrete, save_times, solve_flow
 from scipy.integrate import solve_ivp
 
 from samflow import theory
-from samflow.discrete import record_schedule, run_discrete
-from samflow.flows import save_times, solve_flow
 from samflow.init import balanced, random_scales
 from samflow.model import single_point
 from samflow.precision import precision
@@ -58,7 +57,7 @@ def test_gd_depth3_blowup_time(formulation):
 def test_log_l2_flow_matches_solve_ivp():
     alpha, rho = np.array([0.5, 0.6, 0.4, 0.5]), 1.0
 
-    def rhs(tau, u):  # THEORY section 4, L = 2, written in linear space
+    def rhs(tau, u):  # docs/theory.md §4, L = 2, written in linear space
         N = np.sqrt(2 * np.sum(MU**2 * u**2))
         return MU * u * (1 - rho * MU / N)
 

@@ -1,4 +1,4 @@
-"""The streaming regime summaries against the plain-loop reference of THEORY section 6."""
+"""The streaming regime summaries against the plain-loop reference of docs/theory.md §6."""
 
 from __future__ import annotations
 

@@ -1,0 +1,90 @@
+"""Single runs through the pure engine functions, with NumPy results, for the tests.
+
+The tests check the pure functions (``samflow.discrete.simulate``,
+``samflow.flows.integrate``) against independent references; these helpers only cast
+the inputs, pick the formulation as ``samflow.trajectory`` does, and jit the calls.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from samflow.discrete import simulate
+from samflow.flows import FlowConfig, formulation_for, integrate
+from samflow.init import is_balanced
+from samflow.model import Problem
+from samflow.precision import precision
+from samflow.rules import check_rho, get_rule
+from samflow.runners import Discrete, Flow
+
+_simulate = jax.jit(simulate, static_argnames=("rule", "save_theta"))
+_integrate = jax.jit(integrate, static_argnames=("rule", "config"))
+
+
+def record_schedule(steps: int, every: int | None = None, n_log: int | None = None):
+    return Discrete(steps=steps, record_every=every, log_records=n_log).times()
+
+
+def save_times(tau_max: float, n_save: int, tau_min: float | None = None):
+    return Flow(tau_max=tau_max, n_save=n_save, tau_min=tau_min).times()
+
+
+def _problem(problem, dt):
+    return Problem(jnp.asarray(problem.X, dt), jnp.asarray(problem.y, dt))
+
+
+def run_discrete(
+    problem, theta0, depth, method, rho, eta, schedule, save_theta=False, dtype="float64"
+):
+    """``simulate`` from ``theta0`` ``[L_max, d]`` (``depth`` real rows, traced)."""
+    rule = get_rule(method)
+    rho = check_rho(rule, rho)
+    with precision(dtype) as dt:
+        traj = _simulate(
+            jnp.asarray(theta0, dt),
+            _problem(problem, dt),
+            depth,
+            jnp.asarray(rho, dt),
+            jnp.asarray(eta, dt),
+            jnp.asarray(schedule, jnp.int64 if dt == np.float64 else jnp.int32),
+            rule=rule,
+            save_theta=save_theta,
+        )
+        return jax.tree_util.tree_map(np.asarray, traj)
+
+
+def solve_flow(
+    problem,
+    theta0,
+    depth,
+    method,
+    rho,
+    save_tau,
+    formulation="auto",
+    solver="tsit5",
+    rtol=1e-8,
+    atol=1e-10,
+    max_steps=100_000,
+    dtype="float64",
+):
+    """``integrate`` from ``theta0`` ``[L_max, d]``, the formulation chosen as
+    ``samflow.trajectory`` chooses it."""
+    rule = get_rule(method)
+    rho = check_rho(rule, rho)
+    runner = Flow(rtol=rtol, atol=atol, solver=solver, max_steps=max_steps, formulation=formulation)
+    X = np.asarray(problem.X)
+    positive = X.shape[0] == 1 and bool(np.all(X > 0))
+    form = formulation_for(rule, formulation, positive, is_balanced(theta0, depth))
+    with precision(dtype) as dt:
+        sol = _integrate(
+            jnp.asarray(theta0, dt),
+            _problem(problem, dt),
+            depth,
+            jnp.asarray(rho, dt),
+            jnp.asarray(save_tau, dt),
+            rule=rule,
+            config=FlowConfig.of(runner, form, dt),
+        )
+        return jax.tree_util.tree_map(np.asarray, sol)
