@@ -86,16 +86,22 @@ def _name_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> N
     (argparse would first complain about missing required options)."""
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         raise InputError(f"unknown option {argv[0]!r} (options go after the command)")
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    sub = commands.choices.get(argv[0]) if argv else None
-    if sub is None:
+    names, sub = [], parser
+    while True:  # descend into nested subcommands (``data download``)
+        commands = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        rest = argv[len(names) :]
+        if not commands or not rest or rest[0] not in commands[0].choices:
+            break
+        names.append(rest[0])
+        sub = commands[0].choices[rest[0]]
+    if not names:
         return
     known = set(sub._option_string_actions)
-    for token in argv[1:]:
+    for token in argv[len(names) :]:
         if token == "--":
             break
         if token.startswith("--") and token.split("=", 1)[0] not in known:
-            raise InputError(f"{argv[0]}: unknown option {token.split('=', 1)[0]!r}")
+            raise InputError(f"{' '.join(names)}: unknown option {token.split('=', 1)[0]!r}")
 
 
 def _one_line(err: BaseException) -> str:

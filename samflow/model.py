@@ -179,7 +179,7 @@ def make_problem(mu=None, data=None) -> Problem:
     except (TypeError, ValueError):
         raise InputError("data must be a pair (X, y) of numeric arrays") from None
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-        raise InputError(f"data: need X (n, d) and y (n,), got {X.shape} and {y.shape}")
+        raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
     if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
         raise InputError("data contains NaN or inf")
     if not np.all(np.isin(y, (-1.0, 1.0))):

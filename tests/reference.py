@@ -105,10 +105,14 @@ def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, platea
         converged = np.abs(beta[horizon] - beta[before[-1]]).sum() / normT < 1e-9
     if regime == 1:
         limit = 0
+    elif regime == -1:
+        limit = -1
+    elif converged and loss[horizon] == 0:
+        limit = -3  # stalled: the loss underflowed, nothing moves
     elif converged:
         limit = -2
-    elif regime == -1:
-        limit = 0
+    elif D[horizon] == 0:
+        limit = -4  # no dominant coordinate at the horizon
     else:
         limit = D[horizon]
     takeover = np.full(d, np.nan)

@@ -42,12 +42,18 @@ def test_discrete_output_contract(tmp_path, capsys):
         "mode",
         "dtype",
         "samflow_version",
-        "command_line",
-        "regime",
+        "history",
+        "Conventions",
         "regime_meaning",
     ):
         assert key in ds.attrs, key
-    assert ds["regime_code"].attrs["flag_meanings"].split()[0] == "failed"
+    assert ds["regime"].attrs["flag_meanings"].split()[0] == "failed"
+    assert (
+        ds.attrs["history"].endswith(" ".join(args[:3]))
+        or "samflow trajectory" in ds.attrs["history"]
+    )
+    for name in ds.variables:
+        assert "units" in ds[name].attrs and "long_name" in ds[name].attrs, name
     assert (tmp_path / "f.png").stat().st_size > 10_000
 
 
@@ -70,7 +76,7 @@ def test_flow_float32_mode(tmp_path, capsys):
     ]
     assert run_cli(args, capsys)[0] == 0
     ds = xr.open_dataset(out)
-    assert "step" not in ds and ds["beta"].dtype == np.float32
+    assert "step" not in ds.coords and ds["beta"].dtype == np.float32
     assert ds.attrs["regime_meaning"] == "direct"
 
 
