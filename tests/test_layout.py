@@ -1,24 +1,22 @@
 """Batch-last layout: a batched run equals its points run one by one; tiles and chunks."""
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from runs import record_schedule
 
-from samflow.discrete import record_schedule, simulate
+from samflow.discrete import simulate
+from samflow.engine import FLOW_TILE_POINTS, TILE_BYTES, program, run_points, tile_points
 from samflow.layout import UNROLL_ROWS, prod_rows, sum_leading, sum_rows
 from samflow.model import Problem, ascent_direction, grad_and_aux, layer_mask
-from samflow.steps import get_rule
-from samflow.sweep import (
-    FLOW_TILE_POINTS,
-    TILE_BYTES,
-    SweepSpec,
-    chunk_plan,
-    make_chunk_fn,
-    parse_axis,
-    run_chunk,
-    tile_points,
-)
+from samflow.rules import get_rule
+from samflow.runners import Discrete
+from samflow.sweeps.axes import parse_axis
+from samflow.sweeps.spec import SweepSpec
+from samflow.sweeps.store import chunk_plan, compute
 
 
 def test_row_reductions_match_numpy():
@@ -98,50 +96,42 @@ def test_tiles_and_chunks():
 def test_shared_and_per_point_inputs_agree():
     """A chunk whose points share X and depth (sent once) equals the per-point chunk."""
     spec = SweepSpec(
-        method="sam-l2",
-        mode="discrete",
+        rule=get_rule("sam-l2"),
+        runner=Discrete(eta=0.05, steps=60, record_every=10),
         depth=2,
         axes=(parse_axis("alpha=0.2:2:13:log"),),
         rho=0.7,
         mu=(1.0, 2.0, 3.0, 4.0),
-        eta=0.05,
-        steps=60,
-        record_every=10,
         save_trajectories=True,
     )
-    fn = make_chunk_fn(spec)
+    setup = spec.setup()
     flat = np.arange(spec.size)
-    shared = run_chunk(spec, fn, flat, 16)
-    from samflow.sweep import _labels, point_inputs
-
-    inputs = point_inputs(spec, np.concatenate([flat, np.full(3, flat[-1])]))
-    with jax.enable_x64(True):
-        full = fn(
-            *(jnp.asarray(inputs[k]) for k in ("theta0", "X")),
-            jnp.asarray(_labels(spec)),
-            jnp.asarray(inputs["depth"], jnp.int32),
-            *(jnp.asarray(inputs[k]) for k in ("rho", "eta")),
-            jnp.asarray(spec.time_points()),
-        )
+    shared = compute(setup, spec, flat, 16)
+    points = spec.points(np.concatenate([flat, np.full(3, flat[-1])]))
+    assert points.X.shape[0] == 1 and points.depth.shape[0] == 1  # sent once
+    per_point = points._replace(
+        X=np.repeat(points.X, 16, axis=0), depth=np.repeat(points.depth, 16, axis=0)
+    )
+    full = run_points(setup, per_point, spec.times())
     for k, v in shared.items():
-        np.testing.assert_array_equal(v, np.asarray(full[k])[: spec.size], err_msg=k)
+        np.testing.assert_array_equal(v, full[k][: spec.size], err_msg=k)
+    assert program(setup) is program(setup)  # one compiled program per setup
 
 
 def test_a_program_without_padding_equals_one_with_it():
     """Without padding rows the discrete program drops the layer mask; nothing else changes."""
     spec = SweepSpec(
-        method="usam",
-        mode="discrete",
+        rule=get_rule("usam"),
+        runner=Discrete(eta=0.05, steps=80, record_every=10),
         depth=3,
         axes=(parse_axis("alpha=0.2:2:9:log"), parse_axis("rho=0.1,0.5")),
         mu=(1.0, 2.0, 3.0, 4.0),
-        eta=0.05,
-        steps=80,
-        record_every=10,
         save_trajectories=True,
     )
     flat = np.arange(spec.size)
-    plain = run_chunk(spec, make_chunk_fn(spec), flat, 24)
-    masked = run_chunk(spec, make_chunk_fn(spec, padding=True), flat, 24)
+    setup = spec.setup()
+    assert not setup.padding
+    plain = compute(setup, spec, flat, 24)
+    masked = compute(replace(setup, padding=True), spec, flat, 24)
     for k, v in plain.items():
         np.testing.assert_array_equal(v, masked[k], err_msg=k)
