@@ -7,9 +7,9 @@ README between its bench markers. ``--quick`` shrinks every case (a smoke test).
 Unit: coordinate-steps per second = grid points x d x steps / seconds; flows:
 trajectories per second at the stated tolerance. Every figure is the median of
 ``--repeats`` (>= 5) runs after one warm-up run; for JAX the warm-up's extra time over
-the median is reported as compile time. The engine is timed through
-``samflow.sweep.make_chunk_fn`` / ``run_chunk`` over the chunks of ``chunk_plan``: the
-program behind ``samflow phase``, without writing files.
+the median is reported as compile time. The engine is timed through the point runner
+(``samflow.sweeps.store.compute`` over the chunks of ``chunk_plan``): the program
+behind ``samflow.sweep`` and ``samflow phase``, without writing files.
 """
 
 from __future__ import annotations
@@ -39,57 +39,57 @@ ETA = 0.01
 # ------------------------------------------------------------------ the engine
 def l2_spec(points: int, depth: int, d: int, steps: int, dtype: str):
     """l2-SAM over a square (alpha, rho) grid of about ``points`` points, balanced init."""
-    from samflow.sweep import Axis, SweepSpec
+    from samflow.rules import SAM_L2
+    from samflow.runners import Discrete
+    from samflow.sweeps.spec import SweepSpec
 
-    side = round(np.sqrt(points))
-    axes = (
-        Axis("alpha", tuple(np.geomspace(0.05, 2.0, side).tolist())),
-        Axis("rho", tuple(np.linspace(0.1, 1.5, side).tolist())),
-    )
     return SweepSpec(
-        method="sam-l2",
-        mode="discrete",
+        rule=SAM_L2,
+        runner=Discrete(eta=ETA, steps=steps),
         depth=depth,
-        axes=axes,
-        eta=ETA,
-        steps=steps,
+        axes=_square_grid(points),
         dtype=dtype,
         mu=tuple(float(m) for m in range(1, d + 1)),
     )
 
 
-def flow_spec(points: int, tau_max: float, rtol: float, atol: float):
-    from samflow.sweep import Axis, SweepSpec
+def _square_grid(points: int):
+    """(alpha, rho) axes of about ``points`` points."""
+    from samflow.sweeps.axes import Axis
 
     side = round(np.sqrt(points))
-    axes = (
+    return (
         Axis("alpha", tuple(np.geomspace(0.05, 2.0, side).tolist())),
         Axis("rho", tuple(np.linspace(0.1, 1.5, side).tolist())),
     )
+
+
+def flow_spec(points: int, tau_max: float, rtol: float, atol: float):
+    from samflow.rules import SAM_L2
+    from samflow.runners import Flow
+    from samflow.sweeps.spec import SweepSpec
+
     return SweepSpec(
-        method="sam-l2",
-        mode="flow",
+        rule=SAM_L2,
+        runner=Flow(tau_max=tau_max, n_save=60, rtol=rtol, atol=atol, max_steps=20_000),
         depth=2,
-        axes=axes,
-        tau_max=tau_max,
-        rtol=rtol,
-        atol=atol,
+        axes=_square_grid(points),
         mu=MU4,
     )
 
 
 def engine_runner(spec, chunk: int = 16384):
-    """``() -> None``: the whole grid through ``run_chunk``, chunk by chunk."""
+    """``() -> None``: the whole grid through the point runner, chunk by chunk, as
+    :func:`samflow.sweep` runs it (without assembling a Dataset)."""
     import jax
 
-    from samflow.sweep import chunk_plan, make_chunk_fn, run_chunk
+    from samflow.sweeps.store import chunk_plan, compute
 
-    n_dev = len(jax.devices())
-    fn = make_chunk_fn(spec)
-    size, blocks = chunk_plan(spec.size, chunk, n_dev)
+    setup = spec.setup()
+    size, blocks = chunk_plan(spec.size, chunk, len(jax.devices()))
 
     def run():
-        return [run_chunk(spec, fn, flat, size) for flat in blocks]
+        return [compute(setup, spec, flat, size) for flat in blocks]
 
     return run
 
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
-    from samflow.sweep import use_cpu_cores
+    from samflow.devices import use_cpu_cores
 
     use_cpu_cores()  # as the command line does
     full = not args.quick

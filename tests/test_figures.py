@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+import samflow
 from samflow.cli import main
 from samflow.figures import FIGURES, _engine
 from samflow.plotting import (
@@ -27,7 +28,6 @@ from samflow.plotting import (
     phase_map,
     save_figure_set,
 )
-import samflow
 from samflow.sweeps.axes import parse_axis
 
 ROOT = Path(__file__).resolve().parents[1]
