@@ -249,6 +249,21 @@ def category_legend(ax, colours: dict[int, str], names: dict[int, str], title=No
     return ax.legend(handles=handles, title=title, **kwargs)
 
 
+def dominant_legend(
+    ax,
+    colours: dict[int, str],
+    d: int,
+    extra: dict[int, str] | None = None,
+    zero: str = r"0: $\beta \approx 0$",
+    **kwargs,
+):
+    """:func:`category_legend` of the dominant coordinate ``argmax_j |beta_j|``: 0 (beta
+    collapsed), ``1..d``, then the ``extra`` codes (a tie, blanks)."""
+    names = {0: zero, **{j: f"{j}: coordinate {j}" for j in range(1, d + 1)}, **(extra or {})}
+    kwargs.setdefault("loc", "upper left")
+    return category_legend(ax, colours, names, title=r"dominant $\arg\max_j|\beta_j|$", **kwargs)
+
+
 def dominant_codes(dominant, beta_norm, collapse_factor: float = 1e-3) -> np.ndarray:
     """Dominant coordinate per record with 0 where beta has collapsed, NaN where no record.
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from samflow.figures._engine import MU, figure_spec, flow_times, sweep, up_to_blowup
 from samflow.plotting import (
-    category_legend,
     coordinate_colours,
     dominant_codes,
+    dominant_legend,
     draw_categories,
     mu_label,
     save_figure_set,
@@ -99,16 +99,7 @@ def draw(ds, codes, winner, blew):
                 bbox={"facecolor": "white", "alpha": 0.85, "lw": 0},
             )
     axs[0].set_ylabel(r"initialisation scale $\alpha$")
-    names = {0: r"0: $\beta \approx 0$", **{j: f"{j}: coordinate {j}" for j in range(1, d + 1)}}
-    names[-9] = "blank: after blow-up"
-    category_legend(
-        axs[-1],
-        colours,
-        names,
-        title=r"dominant $\arg\max_j|\beta_j|$",
-        loc="upper left",
-        bbox_to_anchor=(1.3, 1.0),
-    )
+    dominant_legend(axs[-1], colours, d, {-9: "blank: after blow-up"}, bbox_to_anchor=(1.3, 1.0))
     fig.suptitle(
         f"Depth: l2-SAM flow, mu = {mu_label(MU)}, rho = {RHO:g}, L = 1..4 "
         "(dominant coordinate over initialisation and time)",

@@ -25,6 +25,7 @@ from samflow.plotting import (
     category_legend,
     coordinate_colours,
     dominant_codes,
+    dominant_legend,
     draw_categories,
     mu_label,
     save_figure_set,
@@ -113,8 +114,6 @@ def draw(datasets: dict):
         axs[row, 1].set_xticks([])
         axs[row, 1].set_yticks([])
         axs[row, 1].set_title("regime\n(SAM)", fontsize=8)
-    names = {0: r"0: $\beta \approx 0$", **{j: f"{j}: coordinate {j}" for j in range(1, 5)}}
-    names[TIE] = r"tie: all $|\beta_j|$ equal"
     leg = category_legend(
         axs[0, 2],
         {c: REGIME_COLOURS[c] for c in sorted(regimes)},
@@ -124,14 +123,8 @@ def draw(datasets: dict):
         bbox_to_anchor=(1.03, 0.0),
     )
     axs[0, 2].add_artist(leg)
-    category_legend(
-        axs[0, 2],
-        colours,
-        names,
-        title=r"dominant $\arg\max_j|\beta_j|$",
-        loc="upper left",
-        bbox_to_anchor=(1.03, 1.0),
-    )
+    tie = {TIE: r"tie: all $|\beta_j|$ equal"}
+    dominant_legend(axs[0, 2], colours, 4, tie, bbox_to_anchor=(1.03, 1.0))
     fig.suptitle(
         "Many points: discrete l2-SAM vs GD on random separable data, "
         f"eta = {ETA:g}, features of scales {mu_label(SCALES)}",

@@ -24,6 +24,7 @@ from samflow.plotting import (
     category_legend,
     coordinate_colours,
     dominant_codes,
+    dominant_legend,
     draw_categories,
     mu_label,
     save_figure_set,
@@ -77,18 +78,10 @@ def draw(datasets: dict):
     draw_categories(ax_reg, regime[:, None], [0.0], alpha, reg_colours, xlog=False, ylog=True)
     ax_reg.set_xticks([])
     ax_reg.set_title("regime", fontsize=8)
-    names = {j: f"{j}: coordinate {j}" for j in range(1, d + 1)}
-    names = {0: r"0: $\beta \approx 0$ (collapsed)", **names}
-    if np.any(sam["dominant"].values[:, 1:] == 0) or np.any(gd["dominant"].values[:, 1:] == 0):
-        names[-9] = "blank: no record (overflow guard)"
-    leg = category_legend(
-        ax_gd,
-        colours,
-        names,
-        title=r"dominant $\arg\max_j |\beta_j|$",
-        loc="upper left",
-        bbox_to_anchor=(1.04, 1.0),
-    )
+    blank = np.any(sam["dominant"].values[:, 1:] == 0) or np.any(gd["dominant"].values[:, 1:] == 0)
+    extra = {-9: "blank: no record (overflow guard)"} if blank else {}
+    zero = r"0: $\beta \approx 0$ (collapsed)"
+    leg = dominant_legend(ax_gd, colours, d, extra, zero=zero, bbox_to_anchor=(1.04, 1.0))
     ax_gd.add_artist(leg)
     category_legend(
         ax_gd,

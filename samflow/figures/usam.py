@@ -20,9 +20,9 @@ import numpy as np
 
 from samflow.figures._engine import MU, figure_spec, flow_times, sweep
 from samflow.plotting import (
-    category_legend,
     coordinate_colours,
     dominant_codes,
+    dominant_legend,
     draw_categories,
     draw_regimes,
     mu_label,
@@ -99,15 +99,7 @@ def draw(datasets: dict):
     axs[0, 0].set_xlim(alpha[0] / step_a, alpha[-1] * step_a)
     axs[0, 0].set_ylim(rho[0] / step_r, rho[-1] * step_r)
     regime_legend(axs[0, 1], sorted(codes), loc="upper left", bbox_to_anchor=(1.03, 1.0))
-    names = {0: r"0: $\beta \approx 0$", **{j: f"{j}: coordinate {j}" for j in range(1, 5)}}
-    category_legend(
-        axs[1, 1],
-        colours,
-        names,
-        title=r"dominant $\arg\max_j|\beta_j|$",
-        loc="upper left",
-        bbox_to_anchor=(1.03, 1.0),
-    )
+    dominant_legend(axs[1, 1], colours, 4, bbox_to_anchor=(1.03, 1.0))
     fig.suptitle(
         r"USAM vs l2-SAM (rescaled flows to $\tau = 200$): does the gradient normalisation "
         "make minor features lead?",
