@@ -1,9 +1,10 @@
 """Figure 1: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it.
 
-The instantaneous bounds of docs/theory.md §4 are drawn over the measured map: below
-``alpha = rho mu_1 / (sqrt 2 ||mu||)`` every coordinate shrinks at tau = 0; above
-``alpha = sqrt 2 rho mu_d / ||mu||`` the major coordinate grows fastest from the start.
-They are bounds, not the boundaries: the map shows where the regimes really change.
+Drawn over the measured map: the exact sequential/direct edge
+``alpha = rho (mu_d + mu_{d-1}) / (sqrt 2 ||mu||)`` (docs/theory.md §4.4), and both
+regime edges as found by :func:`samflow.boundary` (bisection on alpha over the same
+flows, per rho), with the collapse bound ``rho mu_1 / (sqrt 2 ||mu||)`` (every
+coordinate shrinks at tau = 0 below it) for comparison: a bound, not the edge.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.figures._engine import figure_spec
+from samflow.boundary import boundary
+from samflow.figures._engine import FLOW_SETTINGS, figure_spec
 from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
+from samflow.runners import Flow
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.store import run
-from samflow.theory import l2sam_l2_alpha_bounds
+from samflow.theory import l2sam_l2_alpha_bounds, l2sam_l2_direct_edge
 
 MU = (1.0, 2.0, 3.0, 4.0)
 
@@ -32,29 +35,42 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
         datasets[method] = run(spec, chunk=4096)
     fig, axs = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
     rho = datasets["sam-l2"]["rho"].values
-    lo, hi = np.array([l2sam_l2_alpha_bounds(MU, r) for r in rho]).T
-    for ax, (method, ds) in zip(axs, datasets.items(), strict=True):
+    edges = boundary(
+        "sam-l2",
+        depth=2,
+        mu=MU,
+        axes={"rho": rho},
+        runner=Flow(tau_max=200.0, n_save=80, **FLOW_SETTINGS),
+        alpha_range=(0.01, 10.0),
+        rtol_alpha=1e-4,
+    )
+    datasets["boundary"] = edges
+    lo = np.array([l2sam_l2_alpha_bounds(MU, r)[0] for r in rho])
+    exact = np.array([l2sam_l2_direct_edge(MU, r) for r in rho])
+    for ax, (method, ds) in zip(axs, list(datasets.items())[:2], strict=True):
         draw_regimes(ax, ds["regime"], "alpha", "rho")
         ax.set_title(f"{'l2-SAM' if method == 'sam-l2' else 'GD'} flow, L = 2, mu = {mu_label(MU)}")
-    axs[0].plot(lo, rho, color="white", lw=2.2)
-    axs[0].plot(
-        lo,
-        rho,
-        color="black",
-        lw=1.2,
-        ls="--",
-        label=r"all shrink below: $\rho\mu_1/(\sqrt{2}\|\mu\|)$",
-    )
-    axs[0].plot(hi, rho, color="white", lw=2.2)
-    axs[0].plot(
-        hi,
-        rho,
-        color="black",
-        lw=1.2,
-        ls=":",
-        label=r"major fastest above: $\sqrt{2}\rho\mu_d/\|\mu\|$",
-    )
-    axs[0].legend(loc="lower right", fontsize=8, framealpha=0.9)
+    for alpha_line, style, label in (
+        (lo, "--", r"all shrink at $\tau = 0$ below $\rho\mu_1/(\sqrt{2}\|\mu\|)$"),
+        (exact, ":", r"exact direct edge $\rho(\mu_d+\mu_{d-1})/(\sqrt{2}\|\mu\|)$"),
+    ):
+        axs[0].plot(alpha_line, rho, color="white", lw=3.0)
+        axs[0].plot(alpha_line, rho, color="black", lw=1.6, ls=style, label=label)
+    for name, marker, label in (
+        ("alpha_collapse", "o", "collapse"),
+        ("alpha_direct", "^", "direct"),
+    ):
+        axs[0].plot(
+            edges[name].values,
+            rho,
+            ls="none",
+            marker=marker,
+            ms=4.5,
+            mfc="white",
+            mec="black",
+            label=f"{label} edge, bisection (samflow.boundary)",
+        )
+    axs[0].legend(loc="upper left", fontsize=8, framealpha=0.9)
     alpha = datasets["sam-l2"]["alpha"].values
     axs[0].set_xlim(alpha[0] / 1.15, alpha[-1] * 1.15)
     codes = sorted(
@@ -67,7 +83,10 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
         r"Regimes at $\tau = 200$ (rescaled flow): collapse, sequential, direct", fontsize=11
     )
     return save_figure_set(
-        fig, out_dir, "phase_l2", {"l2sam": datasets["sam-l2"], "gd": datasets["gd"]}
+        fig,
+        out_dir,
+        "phase_l2",
+        {"l2sam": datasets["sam-l2"], "gd": datasets["gd"], "boundary": datasets["boundary"]},
     )
 
 

@@ -4,9 +4,10 @@ L = 2, mu = (1, 2, 3, 4), rho = 1. Each row is one initialisation scale alpha; a
 it the colour is the coordinate j with the largest |beta_j| at rescaled time tau.
 Medium alpha climbs the staircase minor -> major (sequential amplification); small
 alpha collapses (grey); large alpha is led by the major coordinate 4 throughout, as
-GD is for every alpha (right panel: GD is the same program with rho = 0). Dashed
-lines: the instantaneous bounds of docs/theory.md §4 (bounds, not boundaries); the
-strip between the panels is the measured regime of each row.
+GD is for every alpha (right panel: GD is the same program with rho = 0). Dashed:
+the collapse bound of docs/theory.md §4.3 (a bound, not the edge); dotted: the exact
+sequential/direct edge of §4.4; the strip between the panels is the measured regime
+of each row.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from samflow.plotting import (
     save_figure_set,
 )
 from samflow.sweeps.axes import parse_axis
-from samflow.theory import l2sam_l2_alpha_bounds
+from samflow.theory import l2sam_l2_alpha_bounds, l2sam_l2_direct_edge
 
 RHO, TAU_MAX = 1.0, 40.0
 
@@ -62,10 +63,14 @@ def draw(datasets: dict):
         draw_categories(a, codes, tau, alpha, colours)
         a.set_xlabel(r"rescaled time $\tau$")
     ax.set_ylabel(r"initialisation scale $\alpha$")
-    lo, hi = l2sam_l2_alpha_bounds(MU, RHO)
+    lo, _ = l2sam_l2_alpha_bounds(MU, RHO)
     for value, style, label in (
         (lo, "--", r"all shrink at $\tau=0$ below $\rho\mu_1/(\sqrt{2}\|\mu\|)$"),
-        (hi, ":", r"major fastest at $\tau=0$ above $\sqrt{2}\rho\mu_d/\|\mu\|$"),
+        (
+            l2sam_l2_direct_edge(MU, RHO),
+            ":",
+            r"exact direct edge $\rho(\mu_d+\mu_{d-1})/(\sqrt{2}\|\mu\|)$",
+        ),
     ):
         ax.axhline(value, color="white", lw=2.4)
         ax.axhline(value, color="black", lw=1.2, ls=style, label=label)
