@@ -62,6 +62,95 @@ def test_bad_input_is_one_line_and_status_2(mnist_dir, tmp_path, capsys, extra, 
     assert not (tmp_path / "r.nc").exists()
 
 
+def _no_training(*args, **kwargs):
+    raise AssertionError("training started")
+
+
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--split-seed", "-1"], "split-seed must be an integer >= 0, got '-1'"),
+        (["--split-seed", "١"], "split-seed must be an integer, got '١'"),
+        (["--steps", "0"], "steps must be an integer in 1..2147483647, got '0'"),
+        (["--steps", "-1"], "got '-1'"),
+        (["--steps", "1" + "0" * 30], "got '1" + "0" * 30 + "'"),
+        (["--steps", "2.5"], "steps must be an integer, got '2.5'"),
+        (["--batch", "-1"], "batch must be an integer >= 0, got '-1'"),
+        (["--seeds", "0"], "seeds must be an integer in 1..1000000, got '0'"),
+        (["--seeds", str(2**40)], f"got '{2**40}'"),
+        (["--n-train", "0"], "n-train must be an integer >= 1, got '0'"),
+        (["--n-test", "-3"], "n-test must be an integer >= 1, got '-3'"),
+        (["--record-every", "0"], "record-every must be an integer >= 1, got '0'"),
+        (["--steps", "4", "--record-every", "3"], "--steps (4) must be a positive multiple"),
+        (["--steps", "2000000", "--record-every", "1"], "2000000 records; at most 1000000"),
+        (["--background-threshold", "2"], "--background-threshold must be in (0, 1], got 2.0"),
+        (["--background-threshold", "0"], "got 0.0"),
+        (["--rho", "-1"], "--rho must be >= 0, got -1.0"),
+        (["--rho", "nan"], "rho must be finite, got 'nan'"),
+        (["--eta", "0"], "--eta must be positive, got 0.0"),
+        (["--eta", "-0.1"], "--eta must be positive, got -0.1"),
+        (["--alpha", "0"], "--alpha must be positive, got 0.0"),
+        (["--channels", "8,,16"], "got '8,,16'"),
+        (["--channels", "8,0"], "got '8,0'"),
+        (["--channels", "8,100000"], "conv widths in 1..4096"),
+        (["--channels", "2,2,2,2,2"], "--channels 2,2,2,2,2: 5 conv layers halve the 12x12"),
+        (["--examples", "-1"], "examples must be an integer >= 1, got '-1'"),
+        (["--examples", "0"], "got '0'"),
+        (["--classes", "3,12"], "'12' is not a class of mnist"),
+        (["--data-dir", ""], "--data-dir is empty"),
+    ],
+)
+def test_bad_option_values_are_refused_before_training(
+    mnist_dir, tmp_path, capsys, monkeypatch, extra, named
+):
+    monkeypatch.setattr(train, "train_seeds", _no_training)
+    out = tmp_path / "r.nc"
+    argv = ["cnn", "--data-dir", str(mnist_dir), "--method", "gd", "--out", str(out), *extra]
+    status, err = _run(argv, capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("samflow: error:"), err
+    assert named in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["folder", "under_file", "empty", "suffix", "figure", "fig_dir"])
+def test_bad_output_paths_are_refused_before_training(
+    mnist_dir, tmp_path, capsys, monkeypatch, kind
+):
+    monkeypatch.setattr(train, "train_seeds", _no_training)
+    monkeypatch.setattr(
+        "samflow.images.data.load_dataset", lambda *a, **k: pytest.fail("data read first")
+    )
+    afile = tmp_path / "a_file"
+    afile.write_text("x")
+    out, figure, named = {
+        "folder": (tmp_path, None, "is a folder"),
+        "under_file": (afile / "r.nc", None, f"{afile}' is a file"),
+        "empty": ("", None, "the output path is empty"),
+        "suffix": (tmp_path / "r.txt", None, "unknown suffix '.txt'; use .nc"),
+        "figure": (tmp_path / "r.nc", tmp_path / "f.jpeg", "unknown suffix '.jpeg'"),
+        "fig_dir": (tmp_path / "r.nc", tmp_path, "is a folder"),
+    }[kind]
+    argv = ["cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--out", str(out)]
+    status, err = _run([*argv, *(["--figure", str(figure)] if figure else [])], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and named in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "mnist"]
+
+
+def test_quiet_run_prints_nothing(mnist_dir, tmp_path, capsys):
+    out = tmp_path / "q.nc"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd", "--model", "diagonal",
+        "--steps", "2", "--record-every", "1", "--batch", "0", "--seeds", "1",
+        "--examples", "2", "--out", str(out), "-q",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert capsys.readouterr() == ("", "")
+    with xr.open_dataset(out) as ds:
+        assert ds["step"].values.tolist() == [0, 1, 2]
+
+
 def test_missing_data_names_files_and_download(tmp_path, capsys):
     status, err = _run(
         ["cnn", "--method", "gd", "--data-dir", str(tmp_path), "--out", "x.nc"], capsys

@@ -205,3 +205,140 @@ def test_parse_classes_and_default_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("SAMFLOW_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert data.default_data_dir() == tmp_path / "cache" / "samflow" / "data"
+
+
+def test_idx_labels_outside_0_to_9(tmp_path):
+    write_mnist(tmp_path, gz=False)
+    _, labels = digits(40)
+    path = tmp_path / "train-labels-idx1-ubyte"
+    path.write_bytes(idx_bytes(labels + 10, 2049))  # every label shifted by 10
+    with pytest.raises(InputError, match=r"40 of 40 labels are outside the expected range 0\.\.9"):
+        data.load_dataset("mnist", tmp_path)
+    labels[7] = 12
+    path.write_bytes(idx_bytes(labels, 2049))
+    with pytest.raises(InputError, match=r"train-labels-idx1-ubyte: .*label 12 at index 7"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def idx_with_dims(dims: tuple[int, ...], magic: int, payload: bytes) -> bytes:
+    return magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in dims) + payload
+
+
+@pytest.mark.parametrize(
+    "dims, payload, message",
+    [
+        ((2**32 - 1,) * 3, b"\0" * 64, r"promise 79228162458924105385300197375 bytes"),
+        ((40, 8, 8), b"\0" * (40 * 64 + 9), r"promise 2560 bytes of data but 2569 follow"),
+        ((40, 0, 0), b"", r"dimensions \(40, 0, 0\); none may be 0"),
+        ((0, 8, 8), b"", r"dimensions \(0, 8, 8\); none may be 0"),
+    ],
+)
+def test_idx_header_that_does_not_fit_the_file(tmp_path, dims, payload, message):
+    write_mnist(tmp_path, gz=False)
+    (tmp_path / "train-images-idx3-ubyte").write_bytes(idx_with_dims(dims, 2051, payload))
+    with pytest.raises(InputError, match=rf"train-images-idx3-ubyte: .*{message}"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_idx_count_mismatch_names_both_files(tmp_path):
+    write_mnist(tmp_path, gz=False)
+    _, labels = digits(30)
+    (tmp_path / "train-labels-idx1-ubyte").write_bytes(idx_bytes(labels, 2049))
+    with pytest.raises(InputError, match=r"holds 40 images but .*labels-idx1-ubyte holds 30"):
+        data.load_dataset("mnist", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "x, message",
+    [
+        (np.full((4, 8, 8), 0.5), r"x_train: pixels are float64; expected uint8"),
+        (np.full((4, 8, 8), np.nan, np.float32), r"pixels are float32 and contain NaN"),
+        (np.full((4, 8, 8), 300, np.int16), r"pixel values 300\.\.300 are outside 0\.\.255"),
+        (np.full((4, 8, 8), -1, np.int64), r"pixel values -1\.\.-1 are outside 0\.\.255"),
+        (np.zeros((4, 0, 0), np.uint8), r"images are 0x0 pixels"),
+        (np.zeros((0, 8, 8), np.uint8), r"no images"),
+    ],
+)
+def test_npz_pixels_must_be_bytes(tmp_path, x, message):
+    y = np.arange(x.shape[0]) % 10
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y)
+    with pytest.raises(InputError, match=rf"mnist\.npz.*{message}"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_npz_integer_pixels_and_labels_accepted_bad_labels_refused(tmp_path):
+    x = RNG.integers(0, 256, size=(10, 8, 8)).astype(np.int64)
+    y = np.arange(10.0)
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+    ds = data.load_dataset("mnist", tmp_path)
+    assert ds.train.images.dtype == np.uint8 and ds.train.labels.dtype == np.int64
+    np.testing.assert_array_equal(ds.train.images[..., 0], x)
+    for y, message in ((np.full(10, np.nan), "float64 with NaN"), (np.full(10, 2.5), "float64")):
+        np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y)
+        with pytest.raises(InputError, match=rf"y_train: labels are {message}"):
+            data.load_dataset("mnist", tmp_path)
+
+
+def test_truncated_npz(tmp_path):
+    x, y = digits(20)
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y)
+    raw = (tmp_path / "mnist.npz").read_bytes()
+    (tmp_path / "mnist.npz").write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(InputError, match=r"mnist\.npz: unreadable or truncated"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_svhn_refuses_float_pixels_and_shifted_labels(tmp_path):
+    path = tmp_path / "test_32x32.mat"
+    good_y = np.array([[10], [1], [2]], dtype=np.uint8)
+    scipy.io.savemat(path, {"X": np.full((32, 32, 3, 3), np.nan), "y": good_y})
+    with pytest.raises(InputError, match=r"test_32x32\.mat X: pixels are float64 and contain NaN"):
+        data.load_dataset("svhn", tmp_path)
+    x = RNG.integers(0, 256, size=(32, 32, 3, 3), dtype=np.uint8)
+    scipy.io.savemat(path, {"X": x, "y": good_y + 10})
+    with pytest.raises(InputError, match=r"test_32x32\.mat y: 3 of 3 labels .* range 0\.\.10"):
+        data.load_dataset("svhn", tmp_path)
+    scipy.io.savemat(path, {"X": x, "y": good_y.astype(np.float64)})  # MATLAB's doubles
+    ds = data.load_dataset("svhn", tmp_path)
+    assert sorted([*ds.train.labels, *ds.test.labels]) == [0, 1, 2]
+
+
+def test_cifar_refuses_float_pixels_and_labels_out_of_range(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    batch = {b"data": np.full((2, 3072), 0.5), b"labels": [0, 1]}
+    (folder / "test_batch").write_bytes(pickle.dumps(batch, protocol=2))
+    with pytest.raises(InputError, match=r"test_batch: pixels are float64"):
+        data.load_dataset("cifar10", tmp_path)
+    batch = {b"data": np.zeros((2, 3072), np.uint8), b"labels": [10, 11]}
+    (folder / "test_batch").write_bytes(pickle.dumps(batch, protocol=2))
+    with pytest.raises(InputError, match=r"test_batch: 2 of 2 labels are outside .* 10\.\.11"):
+        data.load_dataset("cifar10", tmp_path)
+
+
+def test_train_and_test_of_different_shapes(tmp_path):
+    x, y = digits(10)
+    np.savez(tmp_path / "mnist.npz", x_train=x, y_train=y, x_test=x[:, :4, :4], y_test=y)
+    with pytest.raises(InputError, match=r"\(8, 8, 1\) but test images \(4, 4, 1\)"):
+        data.load_dataset("mnist", tmp_path)
+
+
+def test_class_without_images_is_named(tmp_path):
+    write_mnist(tmp_path, n=100)
+    ds = data.load_dataset("mnist", tmp_path)
+    keep = ds.test.labels != 8
+    no_eights = data.ImageDataset(
+        "mnist", ds.train, data.ImageSplit(ds.test.images[keep], ds.test.labels[keep]), "here"
+    )
+    with pytest.raises(
+        InputError, match=r"test split \(90 images, here\) has no images of class 8"
+    ):
+        data.binary_task(no_eights, (3, 8))
+    with pytest.raises(InputError, match=r"the 1 training images drawn .* none of class"):
+        data.binary_task(ds, (3, 8), n_train=1)
+    no_cars = ds.train.labels != 1
+    cifar = data.ImageDataset(
+        "cifar10", data.ImageSplit(ds.train.images[no_cars], ds.train.labels[no_cars]), ds.test, "x"
+    )
+    with pytest.raises(InputError, match=r"training split .* no images of class 1 \(automobile\)"):
+        data.binary_task(cifar, (0, 1))

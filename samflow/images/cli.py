@@ -3,26 +3,26 @@
 ``samflow cnn`` trains one or more methods (``--method gd,sam-l2``) with the same data,
 seeds and schedule and writes one result file; ``--figure`` needs both gd and sam-l2,
 since it sets their Grad-CAM maps side by side. ``samflow data download`` fetches a
-data set (see :mod:`samflow.images.download`).
+data set (see :mod:`samflow.images.download`). Every option is checked, and the output
+paths too, before any data is read or fetched; ``-q`` prints nothing but errors.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import numpy as np
 
 from samflow import __version__
-from samflow.commands.common import finite_float
+from samflow.commands.common import add_output_args, finite_float, integer
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
-from samflow.images.download import BASE_URL_ENV, download
+from samflow.images.download import BASE_URL_ENV, ByteProgress, download
 from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
 from samflow.images.train import BASE_OPTIMIZERS
-from samflow.io import write_dataset
+from samflow.io import FIGURE_SUFFIXES, check_output, write_dataset
 from samflow.rules import METHODS
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
@@ -42,24 +42,37 @@ DEFAULTS = {
 }
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+# Upper bounds that keep a run within what it can hold: the step counter is an int32
+# inside the jitted run, and seeds, records and conv widths beyond these would only
+# exhaust memory (a Python list of seeds, the recorded history, the conv weights).
+MAX_STEPS = 2**31 - 1
+MAX_SEEDS = 10**6
+MAX_RECORDS = 10**6
+MAX_CHANNELS = 4096
+
+
+def _bounded(name: str, minimum: int, maximum: int | None = None):
+    """argparse type: an integer (:func:`integer`) in ``[minimum, maximum]``."""
+    parse_int = integer(name)
+
+    def parse(text: str) -> int:
+        value = parse_int(text)
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+            raise argparse.ArgumentTypeError(f"{name} must be an integer {bound}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _channels(text: str) -> tuple[int, ...]:
+    width = _bounded("channels", 1, MAX_CHANNELS)
     try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected channels like 8,16,32, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive channel counts, got {text!r}")
-    return values
+        return tuple(width(v) for v in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"channels must be conv widths in 1..{MAX_CHANNELS} like 8,16,32, got {text!r}"
+        ) from None
 
 
 def register(subparsers) -> None:
@@ -102,17 +115,22 @@ def register(subparsers) -> None:
         help="what takes the (SAM) gradient: sgd (p - eta g, the engine's step), momentum "
         "(heavy ball 0.9) or adam, both from optax at learning rate --eta",
     )
-    cnn.add_argument("--steps", type=_positive_int, default=d["steps"])
+    cnn.add_argument("--steps", type=_bounded("steps", 1, MAX_STEPS), default=d["steps"])
     cnn.add_argument(
-        "--batch", type=int, default=d["batch"], help="minibatch size; 0 for full batch"
+        "--batch",
+        type=_bounded("batch", 0),
+        default=d["batch"],
+        help="minibatch size; 0 for full batch",
     )
-    cnn.add_argument("--seeds", type=_positive_int, default=d["seeds"], help="seeds 0..K-1")
+    cnn.add_argument(
+        "--seeds", type=_bounded("seeds", 1, MAX_SEEDS), default=d["seeds"], help="seeds 0..K-1"
+    )
     cnn.add_argument("--model", choices=MODELS, default="cnn")
     cnn.add_argument(
         "--channels", type=_channels, default=DEFAULT_CHANNELS, help="conv widths, e.g. 8,16,32"
     )
-    cnn.add_argument("--n-train", type=_positive_int, default=d["n_train"])
-    cnn.add_argument("--n-test", type=_positive_int, default=d["n_test"])
+    cnn.add_argument("--n-train", type=_bounded("n-train", 1), default=d["n_train"])
+    cnn.add_argument("--n-test", type=_bounded("n-test", 1), default=d["n_test"])
     cnn.add_argument(
         "--normalise",
         action=argparse.BooleanOptionalAction,
@@ -125,21 +143,22 @@ def register(subparsers) -> None:
         default=DEFAULT_BACKGROUND_THRESHOLD,
         help="brightness in [0, 1] below which a pixel is background",
     )
-    cnn.add_argument("--record-every", type=_positive_int, default=d["record_every"])
+    cnn.add_argument("--record-every", type=_bounded("record-every", 1), default=d["record_every"])
     cnn.add_argument(
         "--split-seed",
-        type=int,
+        type=_bounded("split-seed", 0),
         default=0,
         help="seed of the train/test split (when one split only is on disk) and subsample",
     )
     cnn.add_argument(
         "--examples",
-        type=_positive_int,
+        type=_bounded("examples", 1),
         default=d["examples"],
         help="test images kept in the file for the figure",
     )
     cnn.add_argument("--out", required=True, help="result file (.nc)")
-    cnn.add_argument("--figure", help="figure file (.png, .pdf); needs --method gd,sam-l2")
+    cnn.add_argument("--figure", help="figure file (.png, .pdf, .svg); needs --method gd,sam-l2")
+    add_output_args(cnn)
     cnn.set_defaults(func=run_cnn)
 
     data = subparsers.add_parser("data", help="fetch image data sets")
@@ -153,8 +172,11 @@ def register(subparsers) -> None:
         "--dir", help="data directory; files go to DIR/NAME/ (default: as for samflow cnn)"
     )
     dl.add_argument(
-        "--base-url", help=f"mirror to fetch from (default: ${BASE_URL_ENV}, else the canonical)"
+        "--base-url",
+        help=f"http(s):// or file:// mirror to fetch from (default: ${BASE_URL_ENV}, else "
+        "the canonical)",
     )
+    add_output_args(dl)
     dl.set_defaults(func=run_download)
 
 
@@ -174,6 +196,7 @@ def run_cnn(args: argparse.Namespace) -> int:
     from samflow.images.results import build_dataset
     from samflow.images.train import TrainConfig, example_indices, train_seeds
 
+    say = _printer(args.quiet)
     methods = _methods(args.method)
     if args.figure and not {"gd", "sam-l2"} <= set(methods):
         raise InputError("--figure needs both methods: use --method gd,sam-l2")
@@ -183,12 +206,29 @@ def run_cnn(args: argparse.Namespace) -> int:
         )
     if args.alpha <= 0:
         raise InputError(f"--alpha must be positive, got {args.alpha}")
-    if not str(args.out).endswith(".nc"):
-        raise InputError(f"--out must name a .nc file, got {args.out!r}")
+    if args.rho < 0:
+        raise InputError(f"--rho must be >= 0, got {args.rho}")
+    if args.eta <= 0:
+        raise InputError(f"--eta must be positive, got {args.eta}")
+    if args.steps % args.record_every:
+        raise InputError(
+            f"--steps ({args.steps}) must be a positive multiple of "
+            f"--record-every ({args.record_every})"
+        )
+    if args.steps // args.record_every > MAX_RECORDS:
+        raise InputError(
+            f"--steps {args.steps} / --record-every {args.record_every} makes "
+            f"{args.steps // args.record_every} records; at most {MAX_RECORDS}"
+        )
+    if args.data_dir is not None and not args.data_dir.strip():
+        raise InputError("--data-dir is empty")
+    check_output(args.out, (".nc",))
+    if args.figure is not None:
+        check_output(args.figure, FIGURE_SUFFIXES)
     classes = image_data.parse_classes(args.classes, args.dataset)
     dataset = image_data.load_dataset(args.dataset, args.data_dir, split_seed=args.split_seed)
     if dataset.split_note:
-        print(f"note: {dataset.split_note}")
+        say(f"note: {dataset.split_note}")
     task = image_data.binary_task(
         dataset,
         classes,
@@ -198,7 +238,14 @@ def run_cnn(args: argparse.Namespace) -> int:
         seed=args.split_seed,
     )
     n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
-    print(
+    height, width = task.x_train.shape[2:]
+    if args.model == "cnn" and min(height, width) < 2 ** (len(args.channels) - 1):
+        raise InputError(
+            f"--channels {','.join(map(str, args.channels))}: {len(args.channels)} conv layers "
+            f"halve the {height}x{width} images {len(args.channels) - 1} times, to nothing; "
+            f"use at most {min(height, width).bit_length()} layers"
+        )
+    say(
         f"{args.dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
         f"{n_train} training, {n_test} test images; model {args.model}, alpha {args.alpha}"
     )
@@ -226,6 +273,7 @@ def run_cnn(args: argparse.Namespace) -> int:
                 seeds,
                 threshold=args.background_threshold,
                 examples=examples,
+                log=say,
             )
         )
     attrs = {
@@ -254,13 +302,18 @@ def run_cnn(args: argparse.Namespace) -> int:
     examples_arrays = {"image": task.raw_test[examples], "label": task.y_test[examples]}
     ds = build_dataset(runs, examples_arrays, attrs)
     write_dataset(ds, args.out)
-    print(f"wrote {args.out}")
+    say(f"wrote {args.out}")
     for run in runs:
-        print(_summary(run))
+        say(_summary(run))
     if args.figure:
         for path in gradcam_figure(ds, [args.figure]):
-            print(f"wrote {path}")
+            say(f"wrote {path}")
     return 0
+
+
+def _printer(quiet: bool):
+    """``print``, or a function that prints nothing for ``-q``."""
+    return (lambda _text: None) if quiet else print
 
 
 def _summary(run) -> str:
@@ -278,7 +331,11 @@ def _summary(run) -> str:
 
 def run_download(args: argparse.Namespace) -> int:
     """Download a data set; exit status."""
+    say = _printer(args.quiet)
+    if args.dir is not None and not args.dir.strip():
+        raise InputError("--dir is empty")
     directory = image_data.resolve_data_dir(args.dir)
-    download(args.name, directory, base_url=args.base_url or os.environ.get(BASE_URL_ENV))
-    print(f"done: {args.name} in {directory / args.name}")
+    progress = None if args.quiet else ByteProgress(sys.stderr)
+    download(args.name, directory, base_url=args.base_url, log=say, progress=progress)
+    say(f"done: {args.name} in {directory / args.name}")
     return 0

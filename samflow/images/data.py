@@ -21,15 +21,24 @@ When only one split is present (e.g. the MNIST test split alone), it is split in
 train and test here, with a seed, and :attr:`ImageDataset.split_note` says so.
 
 Shapes: images are ``[n, H, W, C]`` uint8, labels ``[n]`` int64 (class 0..9).
+
+What is refused (InputError naming the file and the value): a truncated or corrupt file;
+an IDX header whose dimensions are 0 or do not match the bytes that follow; pixels that
+are not uint8 -- an integer array is taken when every value is in 0..255, a float array
+never (whether it means 0..1 or 0..255 would be a guess, and it may hold NaN); labels
+that are not integers or lie outside 0..9 (SVHN: 0..10); images and labels of different
+counts; train and test images of different shapes.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import pickle
 import tarfile
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,13 +175,21 @@ def read_idx(path: Path, expected_magic: int) -> np.ndarray:
     ndim = data[3]
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise InputError(f"{path}: truncated IDX header")
+        raise InputError(f"{path}: truncated IDX header ({len(data)} bytes)")
     shape = tuple(int.from_bytes(data[4 + 4 * k : 8 + 4 * k], "big") for k in range(ndim))
-    size = int(np.prod(shape))
-    if len(data) - header < size:
+    if 0 in shape:
+        raise InputError(f"{path}: IDX header gives dimensions {shape}; none may be 0")
+    size = math.prod(shape)  # Python ints: four 32-bit dimensions must not wrap around
+    found = len(data) - header
+    if found < size:
         raise InputError(
-            f"{path}: truncated IDX file: header promises {size} bytes of data, "
-            f"found {len(data) - header}"
+            f"{path}: truncated IDX file: header dimensions {shape} promise {size} bytes "
+            f"of data, found {found}"
+        )
+    if found > size:
+        raise InputError(
+            f"{path}: IDX header dimensions {shape} promise {size} bytes of data but "
+            f"{found} follow; not a valid IDX file"
         )
     return np.frombuffer(data, dtype=np.uint8, count=size, offset=header).reshape(shape)
 
@@ -190,18 +207,58 @@ def _find_idx(folder: Path, prefix: str, kind: str) -> Path | None:
 def _idx_split(images_path: Path, labels_path: Path) -> ImageSplit:
     images = read_idx(images_path, IDX_IMAGES_MAGIC)
     labels = read_idx(labels_path, IDX_LABELS_MAGIC)
-    if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-        raise InputError(f"{images_path}: {images.shape} images do not match {labels.shape} labels")
-    return ImageSplit(images[..., None], labels.astype(np.int64))
+    if images.shape[0] != labels.shape[0]:
+        raise InputError(
+            f"{images_path} holds {images.shape[0]} images but {labels_path} holds "
+            f"{labels.shape[0]} labels"
+        )
+    labels = _labels(labels, str(labels_path))
+    return _check_split(ImageSplit(images[..., None], labels), str(images_path))
+
+
+def _pixels(x, where: str) -> np.ndarray:
+    """``x`` as uint8 pixels: uint8 as is, other integers if all are in 0..255."""
+    x = np.asarray(x)
+    if x.dtype == np.uint8:
+        return x
+    if x.dtype.kind in "iu":
+        if x.size and (x.min() < 0 or x.max() > 255):
+            raise InputError(
+                f"{where}: pixel values {x.min()}..{x.max()} are outside 0..255 ({x.dtype})"
+            )
+        return x.astype(np.uint8)
+    nan = " and contain NaN" if x.dtype.kind in "fc" and np.isnan(x).any() else ""
+    raise InputError(f"{where}: pixels are {x.dtype}{nan}; expected uint8 (or integers in 0..255)")
+
+
+def _labels(y, where: str, top: int = 9) -> np.ndarray:
+    """``y`` as ``[n]`` int64 class indices in 0..top; InputError naming a bad one."""
+    y = np.asarray(y).ravel()
+    if y.dtype.kind == "f" and np.all(np.isfinite(y)) and np.all(y == np.round(y)):
+        y = y.astype(np.int64)  # MATLAB writes whole numbers as doubles
+    if y.dtype.kind not in "iu":
+        nan = " with NaN" if y.dtype.kind in "fc" and np.isnan(y).any() else ""
+        raise InputError(f"{where}: labels are {y.dtype}{nan}, not whole numbers")
+    bad = (y < 0) | (y > top)
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise InputError(
+            f"{where}: {int(bad.sum())} of {y.size} labels are outside the expected range "
+            f"0..{top} (values {y.min()}..{y.max()}; label {y[first]} at index {first})"
+        )
+    return y.astype(np.int64)
 
 
 def _check_split(split: ImageSplit, where: str) -> ImageSplit:
-    if split.images.shape[0] != split.labels.shape[0]:
-        raise InputError(
-            f"{where}: {split.images.shape[0]} images but {split.labels.shape[0]} labels"
-        )
-    if split.labels.size and (split.labels.min() < 0 or split.labels.max() > 9):
-        raise InputError(f"{where}: labels outside 0..9")
+    """``split`` if its counts agree and no dimension is 0; InputError otherwise."""
+    n, m = split.images.shape[0], split.labels.shape[0]
+    if n != m:
+        raise InputError(f"{where}: {n} images but {m} labels")
+    if n == 0:
+        raise InputError(f"{where}: no images")
+    if 0 in split.images.shape[1:]:
+        h, w, c = split.images.shape[1:]
+        raise InputError(f"{where}: images are {h}x{w} pixels with {c} channels; none may be 0")
     return split
 
 
@@ -220,7 +277,7 @@ def _load_mnist(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
             try:
                 with np.load(npz, allow_pickle=False) as f:
                     arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test") if k in f}
-            except (OSError, ValueError, EOFError, zlib.error) as err:
+            except (OSError, ValueError, EOFError, zlib.error, zipfile.BadZipFile) as err:
                 raise InputError(f"{npz}: unreadable or truncated npz file ({err})") from None
             for split in ("train", "test"):
                 x, y = arrays.get(f"x_{split}"), arrays.get(f"y_{split}")
@@ -229,9 +286,13 @@ def _load_mnist(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
                         raise InputError(
                             f"{npz}: x_{split} has shape {x.shape}, expected [n, 28, 28]"
                         )
+                    where = f"{npz} x_{split}/y_{split}"
                     found[split] = _check_split(
-                        ImageSplit(x.astype(np.uint8)[..., None], y.astype(np.int64).ravel()),
-                        str(npz),
+                        ImageSplit(
+                            _pixels(x, f"{npz} x_{split}")[..., None],
+                            _labels(y, f"{npz} y_{split}"),
+                        ),
+                        where,
                     )
             if not found:
                 raise InputError(f"{npz}: no x_train/y_train or x_test/y_test arrays")
@@ -278,10 +339,10 @@ class _ArrayUnpickler(pickle.Unpickler):
 def _cifar_batch(raw: bytes, where: str) -> ImageSplit:
     try:
         batch = _ArrayUnpickler(io.BytesIO(raw), encoding="bytes").load()
-        data = np.asarray(batch[b"data"], dtype=np.uint8)
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+        data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"])
     except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
         raise InputError(f"{where}: truncated or invalid CIFAR-10 batch ({err})") from None
+    data, labels = _pixels(data, where), _labels(labels, where)
     if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
         raise InputError(f"{where}: CIFAR-10 data has shape {data.shape}, expected [n, 3072]")
     # Rows hold the red, green and blue 32x32 planes one after the other.
@@ -351,9 +412,9 @@ def _svhn_mat(path: Path) -> ImageSplit:
         raise InputError(f"{path}: truncated or invalid SVHN .mat file ({err!r})") from None
     if x.ndim != 4 or x.shape[:3] != (32, 32, 3):
         raise InputError(f"{path}: X has shape {x.shape}, expected [32, 32, 3, n]")
-    labels = y.astype(np.int64).ravel()
+    labels = _labels(y, f"{path} y", top=10)
     labels[labels == 10] = 0  # SVHN stores the digit 0 as class 10
-    images = np.ascontiguousarray(x.transpose(3, 0, 1, 2))
+    images = np.ascontiguousarray(_pixels(x, f"{path} X").transpose(3, 0, 1, 2))
     return _check_split(ImageSplit(images, labels), str(path))
 
 
@@ -388,6 +449,12 @@ def load_dataset(
         raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
     root = resolve_data_dir(data_dir)
     found, source = _LOADERS[name](root)
+    shapes = {split: s.images.shape[1:] for split, s in found.items()}
+    if len(set(shapes.values())) > 1:
+        raise InputError(
+            f"{source}: training images are {shapes['train']} but test images "
+            f"{shapes['test']} ([H, W, C]); both splits must have one shape"
+        )
     if "train" in found and "test" in found:
         return ImageDataset(name, found["train"], found["test"], source)
     [(only, split)] = found.items()
@@ -480,16 +547,30 @@ def binary_task(
     for networks trained on standardised data, rather than exactly zero.
     """
     classes = classes if classes is not None else DEFAULT_CLASSES[dataset.name]
+    names = CLASS_NAMES[dataset.name]
     rng = np.random.default_rng(seed)
-    train = _pick(dataset.train, classes, n_train, rng)
-    test = _pick(dataset.test, classes, n_test, rng)
-    for what, split in (("training", train), ("test", test)):
-        counts = [int(np.sum(split.labels == c)) for c in classes]
-        if min(counts) == 0:
-            raise InputError(
-                f"{dataset.name}: the {what} split has {counts[0]} images of class "
-                f"{classes[0]} and {counts[1]} of class {classes[1]}; need both"
-            )
+
+    def label(c: int) -> str:
+        return f"class {c}" if names[c] == str(c) else f"class {c} ({names[c]})"
+
+    splits = {}
+    for what, full, n in (("training", dataset.train, n_train), ("test", dataset.test, n_test)):
+        split = _pick(full, classes, n, rng)
+        for c in classes:
+            other = classes[1] if c == classes[0] else classes[0]
+            if not np.any(full.labels == c):
+                raise InputError(
+                    f"{dataset.name}: the {what} split ({full.n} images, {dataset.source}) "
+                    f"has no images of {label(c)} and {int(np.sum(full.labels == other))} of "
+                    f"{label(other)}; need both classes"
+                )
+            if not np.any(split.labels == c):
+                raise InputError(
+                    f"{dataset.name}: the {n} {what} images drawn at random include none of "
+                    f"{label(c)}; draw more (n_{'train' if what == 'training' else 'test'})"
+                )
+        splits[what] = split
+    train, test = splits["training"], splits["test"]
     raw_train = train.images.astype(np.float32) / 255.0
     raw_test = test.images.astype(np.float32) / 255.0
     channels = raw_train.shape[-1]
@@ -507,7 +588,6 @@ def binary_task(
     def signs(labels: np.ndarray) -> np.ndarray:
         return np.where(labels == classes[1], 1.0, -1.0).astype(np.float32)
 
-    names = CLASS_NAMES[dataset.name]
     return BinaryTask(
         x_train=net_input(raw_train),
         y_train=signs(train.labels),
