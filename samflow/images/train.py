@@ -1,12 +1,21 @@
 """Training image classifiers with the engine's own step, and metrics at a schedule.
 
-One run is ``init`` + :func:`samflow.steps.step` + ``lax.scan``: an outer scan over
-records, each an inner scan of ``record_every`` steps, so metrics are taken at steps
-``0, record_every, 2 * record_every, ..., steps`` inside one compiled program. With a
-base optimiser other than plain SGD (momentum, Adam) the step is
-:func:`samflow.transform.sam` around it, its state carried through the scans. Seeds
-(initialisation and minibatch order) run one after another through the same compiled
-function; the data and its train/test split do not change with the seed.
+One run is ``init`` + :func:`samflow.steps.step`, with metrics taken at steps
+``0, record_every, 2 * record_every, ..., steps``. With a base optimiser other than
+plain SGD (momentum, Adam) the step is :func:`samflow.transform.sam` around it, its
+state carried along. Seeds (initialisation and minibatch order) run one after another
+through the same compiled functions; the data and its train/test split do not change
+with the seed, and every method sees the same initialisation and minibatches per seed.
+
+Two drivers, the same numbers (the same keys, the same step function):
+
+- ``scan``: one compiled program, an outer ``lax.scan`` over records, each an inner scan
+  of ``record_every`` steps. Best where dispatch is costly (a GPU).
+- ``host``: a Python loop over one compiled step and one compiled evaluation. On a CPU
+  this is several times faster: XLA's CPU convolution runs far slower inside a loop body
+  than outside one (jax-ml/jax#12868; benchmarks/bench.py case 5 measures it).
+
+``auto`` picks ``host`` on a CPU and ``scan`` elsewhere.
 """
 
 from __future__ import annotations
@@ -34,7 +43,10 @@ from samflow.images.models import Classifier, PyTree, logistic_loss
 from samflow.transform import apply_step, sam
 
 BASE_OPTIMIZERS = ("sgd", "momentum", "adam")
+LOOPS = ("auto", "host", "scan")
 MOMENTUM = 0.9
+TOP_FRACTION = 0.1
+"""Concentration of a map: the share of its mass on its top 10% of pixels."""
 
 
 def base_optimizer(name: str, eta: float) -> optax.GradientTransformation | None:
@@ -66,6 +78,7 @@ class TrainConfig:
         record_every: steps between two records.
         base_optimizer: what takes the (SAM) gradient, one of :data:`BASE_OPTIMIZERS`
             (see :func:`base_optimizer`).
+        loop: the driver, one of :data:`LOOPS` (module docstring).
     """
 
     method: str
@@ -75,6 +88,7 @@ class TrainConfig:
     batch: int | None
     record_every: int
     base_optimizer: str = "sgd"
+    loop: str = "auto"
 
     @property
     def n_records(self) -> int:
@@ -85,6 +99,8 @@ class TrainConfig:
         """InputError naming the bad value, if any."""
         rules.get_rule(self.method)
         base_optimizer(self.base_optimizer, self.eta)  # an unknown name raises
+        if self.loop not in LOOPS:
+            raise InputError(f"unknown loop {self.loop!r}; choose from {', '.join(LOOPS)}")
         if self.steps < 1 or self.record_every < 1 or self.steps % self.record_every:
             raise InputError(
                 f"--steps ({self.steps}) must be a positive multiple of "
@@ -105,6 +121,13 @@ class Metrics(NamedTuple):
         test_accuracy: the same on the test images.
         background_share: mean Grad-CAM background share over the test images.
         saliency_background_share: the same for input-gradient saliency.
+        top_mass: mean share of each Grad-CAM map's mass on its top 10% of pixels
+            (concentration: 0.1 for a uniform map, 1 for one on a tenth of the image).
+        zero_maps: number of test images whose Grad-CAM map is zero everywhere (left
+            out of the shares).
+        occlusion_background: mean drop of the true-class evidence ``y * logit`` when
+            the background pixels of a test image are set to the training mean.
+        occlusion_stroke: the same when the stroke (non-background) pixels are.
     """
 
     loss: Array
@@ -112,6 +135,10 @@ class Metrics(NamedTuple):
     test_accuracy: Array
     background_share: Array
     saliency_background_share: Array
+    top_mass: Array
+    zero_maps: Array
+    occlusion_background: Array
+    occlusion_stroke: Array
 
 
 class TaskArrays(NamedTuple):
@@ -121,6 +148,7 @@ class TaskArrays(NamedTuple):
         x_train: ``[n_train, C, H, W]``; y_train: ``[n_train]``;
         x_test: ``[n_test, C, H, W]``; y_test: ``[n_test]``;
         background: ``[n_test, H, W]`` bool, background pixels of the test images.
+        fill: ``[C]`` per-channel mean of the training inputs (what occlusion puts in).
     """
 
     x_train: Array
@@ -128,6 +156,7 @@ class TaskArrays(NamedTuple):
     x_test: Array
     y_test: Array
     background: Array
+    fill: Array
 
 
 def task_arrays(task: BinaryTask, threshold: float) -> TaskArrays:
@@ -138,7 +167,22 @@ def task_arrays(task: BinaryTask, threshold: float) -> TaskArrays:
         jnp.asarray(task.x_test),
         jnp.asarray(task.y_test),
         background_mask(jnp.asarray(task.raw_test), threshold),
+        jnp.asarray(task.x_train.mean(axis=(0, 2, 3))),
     )
+
+
+def uniform_share(background: np.ndarray) -> float:
+    """The background share a uniform map scores: the mean background area fraction."""
+    return float(np.mean(np.asarray(background, dtype=np.float64).mean(axis=(1, 2))))
+
+
+def top_mass(maps: Array, fraction: float = TOP_FRACTION) -> Array:
+    """Per-map share of mass on its top ``fraction`` of pixels, ``[n]``; NaN if all zero."""
+    flat = maps.reshape(maps.shape[0], -1)
+    k = max(1, round(fraction * flat.shape[1]))
+    top = jnp.sum(jax.lax.top_k(flat, k)[0], axis=1)
+    total = jnp.sum(flat, axis=1)
+    return jnp.where(total > 0, top / jnp.where(total > 0, total, 1.0), jnp.nan)
 
 
 def evaluate(classifier: Classifier, params: PyTree, data: TaskArrays) -> Metrics:
@@ -150,19 +194,40 @@ def evaluate(classifier: Classifier, params: PyTree, data: TaskArrays) -> Metric
     train_margin = data.y_train * logits(data.x_train)
     test_margin = data.y_test * logits(data.x_test)
     cams, sal = attribution_maps(classifier, params, data.x_test, data.y_test)
+    fill = data.fill[None, :, None, None]
+
+    def occluded(where: Array) -> Array:  # where [n, H, W]: the pixels set to the mean
+        x = jnp.where(where[:, None], fill, data.x_test)
+        return jnp.mean(test_margin - data.y_test * logits(x))
+
     return Metrics(
         loss=logistic_loss(train_margin),
         train_accuracy=jnp.mean(train_margin > 0),
         test_accuracy=jnp.mean(test_margin > 0),
         background_share=mean_background_share(cams, data.background),
         saliency_background_share=mean_background_share(sal, data.background),
+        top_mass=jnp.nanmean(top_mass(cams)),
+        zero_maps=jnp.sum(jnp.all(cams == 0, axis=(1, 2))).astype(jnp.float32),
+        occlusion_background=occluded(data.background),
+        occlusion_stroke=occluded(~data.background),
     )
+
+
+def resolve_loop(loop: str) -> str:
+    """``host`` or ``scan`` for ``loop`` (``auto``: host on a CPU, else scan)."""
+    if loop == "auto":
+        return "host" if jax.default_backend() == "cpu" else "scan"
+    return loop
 
 
 def make_run(
     classifier: Classifier, config: TrainConfig
 ) -> Callable[[PyTree, Array, TaskArrays], tuple[PyTree, Metrics]]:
-    """Compiled ``(params0, key, data) -> (final params, Metrics [n_records])``."""
+    """``(params0, key, data) -> (final params, Metrics [n_records])``, compiled once.
+
+    Step ``i`` of record interval ``r`` uses the minibatch key
+    ``split(split(key, n_records - 1)[r], record_every)[i]`` in both drivers.
+    """
     rule = rules.get_rule(config.method)
     base = base_optimizer(config.base_optimizer, config.eta)
     # Plain SGD keeps the engine's own step, so earlier results are reproduced exactly.
@@ -183,6 +248,26 @@ def make_run(
             new, _ = steps.step(params, grad_and_aux, rule, config.rho, config.eta)
             return new, opt_state
         return apply_step(tx, params, opt_state, lambda p: grad_and_aux(p)[0])
+
+    if resolve_loop(config.loop) == "host":
+        step_fn = jax.jit(one_step)
+        evaluate_fn = jax.jit(lambda params, data: evaluate(classifier, params, data))
+        split_fn = jax.jit(lambda k: jax.random.split(k, config.record_every))
+
+        def run_host(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
+            chunk_keys = jax.random.split(key, config.n_records - 1)
+            carry = (params0, None if tx is None else tx.init(params0))
+            history = []
+            for r in range(config.n_records):
+                history.append(evaluate_fn(carry[0], data))
+                if r < config.n_records - 1:
+                    step_keys = split_fn(chunk_keys[r])
+                    for i in range(config.record_every):
+                        carry = step_fn(carry, step_keys[i], data)
+            stacked = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *history)
+            return carry[0], stacked
+
+        return run_host
 
     @jax.jit
     def run(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
