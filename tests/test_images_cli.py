@@ -215,3 +215,59 @@ def test_single_method_file_has_seed_dims(tmp_path):
         assert ds["loss"].dims == ("seed", "record")
         assert ds.attrs["method"] == "gd" and ds.attrs["rho"] == 0.1
     assert [p.name for p in tmp_path.iterdir()] == ["g.nc"]
+
+
+def test_paired_difference_against_scipy():
+    from scipy import stats
+
+    rng = np.random.default_rng(4)
+    gd = rng.uniform(0.6, 0.8, 10)
+    sam = gd + rng.normal(0.03, 0.02, 10)
+    sam[3] = np.nan  # a pair with a NaN side is left out
+    r = results.paired_difference(sam, gd)
+    keep = np.isfinite(sam)
+    d = sam[keep] - gd[keep]
+    ci = stats.t.interval(0.95, d.size - 1, loc=d.mean(), scale=stats.sem(d))
+    assert r["n"] == 9
+    np.testing.assert_allclose(r["mean"], d.mean())
+    np.testing.assert_allclose((r["ci_low"], r["ci_high"]), ci)
+    np.testing.assert_allclose(r["p_value"], stats.ttest_rel(sam[keep], gd[keep]).pvalue)
+    assert np.isnan(results.paired_difference(sam[:1], gd[:1])["p_value"])
+
+
+def test_matched_loss_is_the_first_record_below_the_threshold():
+    loss = np.array([[0.7, 0.3, 0.05, 0.01], [0.7, 0.6, 0.5, 0.4]])
+    share = np.array([[0.1, 0.2, 0.3, 0.4], [0.5, 0.6, 0.7, 0.8]])
+    value, step = results.at_matched_loss(loss, share, np.array([0, 10, 20, 30]), 0.1)
+    np.testing.assert_array_equal(value, [0.3, np.nan])
+    np.testing.assert_array_equal(step, [20, np.nan])
+
+
+def test_an_alpha_list_gives_an_alpha_dim_and_paired_differences(mnist_dir, tmp_path, capsys):
+    out, fig = tmp_path / "alphas.nc", tmp_path / "alphas.png"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--model", "diagonal",
+        "--steps", "4", "--record-every", "2", "--batch", "8", "--seeds", "3",
+        "--alpha", "0.5,1", "--examples", "2", "--match-loss", "0.69",
+        "--out", str(out), "--figure", str(fig),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "alpha 0.5:" in printed and "sam-l2 - gd Grad-CAM background share" in printed
+    assert (tmp_path / "alphas_alpha.png").stat().st_size > 0
+    with xr.open_dataset(out) as ds:
+        assert ds["background_share"].dims == ("alpha", "optimizer", "seed")
+        assert ds["alpha"].values.tolist() == [0.5, 1.0] and "alpha" not in ds.attrs
+        assert ds["background_share_diff_mean"].dims == ("alpha", "contrast")
+        assert ds["contrast"].values.tolist() == ["sam-l2 - gd"]
+        for a in (0.5, 1.0):
+            one = ds.sel(alpha=a)
+            d = results.paired_difference(
+                one["background_share"].sel(optimizer="sam-l2").values,
+                one["background_share"].sel(optimizer="gd").values,
+            )
+            np.testing.assert_allclose(one["background_share_diff_mean"].values[0], d["mean"])
+        assert 0 < float(ds["uniform_background_share"]) < 1
+        for name in ("top_mass", "zero_maps", "occlusion_background", "occlusion_stroke"):
+            assert ds[name].dims == ("alpha", "optimizer", "seed")
+        assert ds.attrs["match_loss"] == 0.69

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from samflow import __version__
-from samflow.commands.common import add_output_args, finite_float, integer
+from samflow.commands.common import add_output_args, finite_float, float_list, integer
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
 from samflow.images.download import BASE_URL_ENV, ByteProgress, download
 from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
-from samflow.images.train import BASE_OPTIMIZERS
+from samflow.images.results import DEFAULT_MATCH_LOSS
+from samflow.images.train import BASE_OPTIMIZERS, LOOPS
 from samflow.io import FIGURE_SUFFIXES, check_output, write_dataset
 from samflow.rules import METHODS
 
@@ -103,9 +105,9 @@ def register(subparsers) -> None:
     cnn.add_argument("--rho", type=finite_float("rho"), default=d["rho"], help="SAM radius")
     cnn.add_argument(
         "--alpha",
-        type=finite_float("alpha"),
-        default=d["alpha"],
-        help="initialisation scale, multiplies the default initialisation",
+        default=str(d["alpha"]),
+        help="initialisation scale, multiplies the default initialisation; a comma list "
+        "(e.g. 1.5,2,2.5,3) runs every method at each value (an alpha dim in the file)",
     )
     cnn.add_argument("--eta", type=finite_float("eta"), default=d["eta"], help="step size")
     cnn.add_argument(
@@ -124,6 +126,20 @@ def register(subparsers) -> None:
     )
     cnn.add_argument(
         "--seeds", type=_bounded("seeds", 1, MAX_SEEDS), default=d["seeds"], help="seeds 0..K-1"
+    )
+    cnn.add_argument(
+        "--match-loss",
+        type=finite_float("match-loss"),
+        default=DEFAULT_MATCH_LOSS,
+        help="training loss at which the methods' shares are also compared (the first "
+        "record at or below it)",
+    )
+    cnn.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="auto",
+        help="training driver: host (a Python loop over one compiled step; fastest on a "
+        "CPU), scan (one compiled program; for a GPU) or auto (host on a CPU)",
     )
     cnn.add_argument("--model", choices=MODELS, default="cnn")
     cnn.add_argument(
@@ -157,7 +173,11 @@ def register(subparsers) -> None:
         help="test images kept in the file for the figure",
     )
     cnn.add_argument("--out", required=True, help="result file (.nc)")
-    cnn.add_argument("--figure", help="figure file (.png, .pdf, .svg); needs --method gd,sam-l2")
+    cnn.add_argument(
+        "--figure",
+        help="figure file (.png, .pdf, .svg); needs --method gd,sam-l2; with several --alpha "
+        "values also <stem>_alpha<suffix>, the share against alpha",
+    )
     add_output_args(cnn)
     cnn.set_defaults(func=run_cnn)
 
@@ -192,9 +212,10 @@ def _methods(text: str) -> list[str]:
 
 def run_cnn(args: argparse.Namespace) -> int:
     """Train, write the result file, optionally draw the figure; exit status."""
-    from samflow.images.plot import gradcam_figure
+    from samflow.images.attribution import background_mask
+    from samflow.images.plot import alpha_figure, gradcam_figure
     from samflow.images.results import build_dataset
-    from samflow.images.train import TrainConfig, example_indices, train_seeds
+    from samflow.images.train import TrainConfig, example_indices, train_seeds, uniform_share
 
     say = _printer(args.quiet)
     methods = _methods(args.method)
@@ -204,8 +225,13 @@ def run_cnn(args: argparse.Namespace) -> int:
         raise InputError(
             f"--background-threshold must be in (0, 1], got {args.background_threshold}"
         )
-    if args.alpha <= 0:
+    alphas = [float(a) for a in float_list(args.alpha, "alpha")]
+    if min(alphas) <= 0:
         raise InputError(f"--alpha must be positive, got {args.alpha}")
+    if len(set(alphas)) < len(alphas):
+        raise InputError(f"--alpha repeats a value: {args.alpha}")
+    if not 0 < args.match_loss:
+        raise InputError(f"--match-loss must be positive, got {args.match_loss}")
     if args.rho < 0:
         raise InputError(f"--rho must be >= 0, got {args.rho}")
     if args.eta <= 0:
@@ -252,20 +278,29 @@ def run_cnn(args: argparse.Namespace) -> int:
     batch = None if args.batch == 0 else args.batch
     configs = [
         TrainConfig(
-            method, args.rho, args.eta, args.steps, batch, args.record_every, args.base_optimizer
+            method,
+            args.rho,
+            args.eta,
+            args.steps,
+            batch,
+            args.record_every,
+            args.base_optimizer,
+            args.loop,
         )
         for method in methods
     ]
     for config in configs:
         config.check(n_train)
-    classifier = make_classifier(
-        args.model, task.x_train.shape[1:], alpha=args.alpha, channels=args.channels
-    )
     examples = example_indices(task.y_test, args.examples)
     seeds = list(range(args.seeds))
-    runs = []
-    for config in configs:
-        runs.append(
+    runs = {}
+    for alpha in alphas:
+        classifier = make_classifier(
+            args.model, task.x_train.shape[1:], alpha=alpha, channels=args.channels
+        )
+        if len(alphas) > 1:
+            say(f"alpha {alpha:g}:")
+        runs[alpha] = [
             train_seeds(
                 classifier,
                 task,
@@ -275,7 +310,8 @@ def run_cnn(args: argparse.Namespace) -> int:
                 examples=examples,
                 log=say,
             )
-        )
+            for config in configs
+        ]
     attrs = {
         "title": "GD vs SAM on images: background share of attribution",
         "dataset": args.dataset,
@@ -286,7 +322,7 @@ def run_cnn(args: argparse.Namespace) -> int:
         "model": args.model,
         "channels": args.channels if args.model == "cnn" else "",
         "rho": args.rho,
-        "alpha": args.alpha,
+        "alpha": alphas[0] if len(alphas) == 1 else "",
         "eta": args.eta,
         "base_optimizer": args.base_optimizer,
         "steps": args.steps,
@@ -300,14 +336,26 @@ def run_cnn(args: argparse.Namespace) -> int:
         "command_line": getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),
     }
     examples_arrays = {"image": task.raw_test[examples], "label": task.y_test[examples]}
-    ds = build_dataset(runs, examples_arrays, attrs)
+    background = background_mask(task.raw_test, args.background_threshold)
+    ds = build_dataset(
+        runs if len(alphas) > 1 else runs[alphas[0]],
+        examples_arrays,
+        {k: v for k, v in attrs.items() if v != ""},
+        match_loss=args.match_loss,
+        uniform_share=uniform_share(np.asarray(background)),
+    )
     write_dataset(ds, args.out)
     say(f"wrote {args.out}")
-    for run in runs:
-        say(_summary(run))
+    for line in summary_lines(ds, runs):
+        say(line)
     if args.figure:
         for path in gradcam_figure(ds, [args.figure]):
             say(f"wrote {path}")
+        if len(alphas) > 1:
+            figure = Path(args.figure)
+            alpha_path = figure.with_name(f"{figure.stem}_alpha{figure.suffix}")
+            for path in alpha_figure(ds, [alpha_path]):
+                say(f"wrote {path}")
     return 0
 
 
@@ -316,15 +364,43 @@ def _printer(quiet: bool):
     return (lambda _text: None) if quiet else print
 
 
+def summary_lines(ds, runs: dict) -> list[str]:
+    """The printed summary: per alpha and method, then the paired differences."""
+    lines = [f"uniform map background share: {float(ds['uniform_background_share']):.3f}"]
+    for alpha, group in runs.items():
+        one = ds.sel(alpha=alpha) if "alpha" in ds.dims else ds
+        if len(runs) > 1:
+            lines.append(f"alpha {alpha:g}:")
+        lines += [_summary(run) for run in group]
+        if "contrast" not in one.dims:
+            continue
+        for contrast in one["contrast"].values:
+            c = one.sel(contrast=contrast)
+            for var, label in (
+                ("background_share", "at the end"),
+                ("background_share_at_loss", f"at loss {ds.attrs['match_loss']:g}"),
+            ):
+                lines.append(
+                    f"  {contrast} Grad-CAM background share {label}: "
+                    f"{float(c[var + '_diff_mean']):+.3f} [{float(c[var + '_diff_ci_low']):+.3f}, "
+                    f"{float(c[var + '_diff_ci_high']):+.3f}] (95% CI), paired t p = "
+                    f"{float(c[var + '_diff_p_value']):.3g}, "
+                    f"{int(c[var + '_diff_n'])} seeds"
+                )
+    return lines
+
+
 def _summary(run) -> str:
     h = run.history
 
     def ms(values: np.ndarray) -> str:
-        return f"{np.mean(values):.3f} ± {np.std(values, ddof=min(1, values.size - 1)):.3f}"
+        return f"{np.nanmean(values):.3f} ± {np.nanstd(values, ddof=min(1, values.size - 1)):.3f}"
 
     return (
         f"{run.method:8s} background share: Grad-CAM {ms(h.background_share[:, -1])}, "
-        f"saliency {ms(h.saliency_background_share[:, -1])}; test accuracy "
+        f"saliency {ms(h.saliency_background_share[:, -1])}; top-10% mass "
+        f"{ms(h.top_mass[:, -1])}; occlusion drop background {ms(h.occlusion_background[:, -1])}"
+        f" / stroke {ms(h.occlusion_stroke[:, -1])}; test accuracy "
         f"{ms(h.test_accuracy[:, -1])} over {run.seeds.size} seeds ({run.seconds:.0f} s)"
     )
 

@@ -1,6 +1,11 @@
-"""The Grad-CAM figure: rows of test images; columns input, GD Grad-CAM, SAM Grad-CAM.
+"""The image figures, drawn from a result file alone (:mod:`samflow.images.results`).
 
-Drawn from a result file alone (:mod:`samflow.images.results` with both methods).
+- :func:`gradcam_figure`: rows of test images; columns input, GD Grad-CAM, SAM Grad-CAM
+  (with several alphas, those of the first alpha);
+- :func:`alpha_figure`: the background share against alpha for each method, at the end
+  of training and at matched training loss, with the uniform map's share (the image-side
+  regime plot; a file with an ``alpha`` dim).
+
 Each Grad-CAM map is scaled to its own maximum (Grad-CAM is read per image); a thin
 cyan line marks the edge of the background (brightness below the threshold), so the
 reader sees how much of the map lies outside the digit or object.
@@ -29,6 +34,10 @@ def _share_text(ds: xr.Dataset, method: str) -> str:
 
 def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int = 6) -> list[Path]:
     """Draw the figure from result Dataset ``ds`` and save it to each of ``paths``."""
+    alpha = ds.attrs.get("alpha")
+    if "alpha" in ds.dims:
+        ds = ds.isel(alpha=0)
+        alpha = float(ds["alpha"])
     methods = list(ds["optimizer"].values) if "optimizer" in ds.dims else []
     if not all(m in methods for m, _ in COLUMNS):
         raise InputError("the Grad-CAM figure needs both methods: run with --method gd,sam-l2")
@@ -65,13 +74,64 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
         ax.set_yticks([])
     n_seeds = ds.sizes["seed"]
     fig.suptitle(
-        f"{ds.attrs.get('dataset', '')} {' vs '.join(classes)}: alpha={ds.attrs.get('alpha')}, "
+        f"{ds.attrs.get('dataset', '')} {' vs '.join(classes)}: alpha={alpha:g}, "
         f"rho={ds.attrs.get('rho')}, {ds.attrs.get('steps')} steps\n"
         f"Grad-CAM of seed 0 (background share: mean ± sd over {n_seeds} seeds)\n"
         f"cyan line: edge of the background (brightness < {threshold:g})",
         fontsize=8,
     )
     fig.colorbar(heat, ax=axes[:, 1:], shrink=0.6, label="Grad-CAM / its maximum")
+    written = [save_figure(fig, path) for path in paths]
+    plt.close(fig)
+    return written
+
+
+def alpha_figure(ds: xr.Dataset, paths: list[str | os.PathLike]) -> list[Path]:
+    """Grad-CAM background share against alpha, per method: mean and 95% t interval
+    over seeds, at the end of training (left) and at matched training loss (right)."""
+    import warnings
+
+    from scipy import stats
+
+    if "alpha" not in ds.dims or "optimizer" not in ds.dims:
+        raise InputError("the alpha figure needs several --alpha values and methods")
+    alpha = ds["alpha"].values
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8), sharey=True, constrained_layout=True)
+    styles = {"gd": ("black", "o", "-"), "sam-l2": ("#d55e00", "s", "--")}
+    for ax, var, title in (
+        (axes[0], "background_share", "at the end of training"),
+        (axes[1], "background_share_at_loss", f"at training loss {ds.attrs['match_loss']:g}"),
+    ):
+        for k, method in enumerate(ds["optimizer"].values):
+            values = ds[var].sel(optimizer=method).values  # [alpha, seed]
+            n = np.sum(np.isfinite(values), axis=1)
+            with warnings.catch_warnings():  # an alpha where no seed reached the loss
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(values, axis=1)
+                sd = np.nanstd(values, axis=1, ddof=1)
+            t = stats.t.ppf(0.975, np.maximum(n - 1, 1))
+            half = np.where(n > 1, t * sd / np.sqrt(np.maximum(n, 1)), np.nan)
+            shift = 1.0 + 0.012 * (k - (ds.sizes["optimizer"] - 1) / 2)  # bars side by side
+            colour, marker, line = styles.get(str(method), ("#0072b2", "^", ":"))
+            ax.errorbar(
+                alpha * shift, mean, yerr=half, color=colour, marker=marker, ls=line, capsize=3,
+                label=str(method),
+            )  # fmt: skip
+        ax.axhline(float(ds["uniform_background_share"]), color="grey", ls=":", label="uniform map")
+        ax.set_xscale("log")
+        ax.set_xlim(alpha[0] / 1.1, alpha[-1] * 1.1)
+        ax.set_xticks(alpha, [f"{a:g}" for a in alpha])
+        ax.minorticks_off()
+        ax.set_xlabel(r"initialisation scale $\alpha$")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("Grad-CAM background share")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        f"{ds.attrs.get('dataset', '')}: background share against alpha, mean and 95% "
+        f"interval over {ds.sizes['seed']} seeds (rho = {ds.attrs.get('rho')})",
+        fontsize=9,
+    )
     written = [save_figure(fig, path) for path in paths]
     plt.close(fig)
     return written
