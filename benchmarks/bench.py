@@ -307,6 +307,28 @@ def machine() -> dict:
     }
 
 
+def cnn_case(rows, args):
+    """Case 5: an l2-SAM step of the default CNN (benchmarks/cnn.py)."""
+    from benchmarks import cnn
+
+    case = "5 CNN l2-SAM step b=128"
+    steps = args.cnn_steps
+    impls = [
+        ("samflow (cnn, host loop)", lambda: cnn.samflow_run("host", steps), "CPU default"),
+        ("samflow scan driver", lambda: cnn.samflow_run("scan", steps), "for a GPU"),
+        ("equinox + lax.scan (plain)", lambda: cnn.equinox_scan(steps), ""),
+    ]
+    try:
+        import torch
+
+        impls.append((f"PyTorch {torch.__version__} CPU", lambda: cnn.torch_loop(steps), ""))
+    except ImportError:
+        print("  (PyTorch not installed: make bench installs the bench extra)")
+    for impl, make, note in impls:
+        t = timed(make(), min(args.repeats, 3))
+        record(rows, case, impl, "float32", t, steps, unit="steps/s", note=note)
+
+
 def ratios(rows: list[dict]) -> None:
     """Per case and dtype: samflow's speed over each other implementation."""
     for case in {r["case"] for r in rows}:
@@ -359,7 +381,7 @@ def markdown(results: dict) -> str:
         over = "" if over is None or r["impl"].startswith("samflow") else f"{over:.1f}"
         if r["impl"].startswith("roofline") and r.get("samflow_over"):
             over = f"{r['samflow_over']:.2f} (samflow at {100 * r['samflow_over']:.0f}%)"
-        unit = "cs/s" if r["unit"].startswith("coordinate") else "traj/s"
+        unit = {"coordinate-steps/s": "cs/s", "steps/s": "steps/s"}.get(r["unit"], "traj/s")
         lines.append(
             f"| {r['case']} | {r['impl']} | {r['dtype']} | {r['seconds']:.3f} | {comp} | "
             f"{r['rate']:.3g} {unit} | {over} | {r['note']} |"
@@ -389,7 +411,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
-    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 mem")
+    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
@@ -406,7 +428,8 @@ def main(argv=None) -> int:
     args.scaling_steps = 200 if full else 50
     args.scaling_fixed_points = 16384 if full else 1024
     args.scaling_step_counts = [250, 500, 1000, 2000, 4000] if full else [50, 100]
-    only = set(args.only or ["1", "2", "3", "4", "mem"])
+    args.cnn_steps = 40 if full else 4
+    only = set(args.only or ["1", "2", "3", "4", "5", "mem"])
 
     results = {"machine": machine(), "rows": [], "memory": [], "notes": []}
     rows = results["rows"]
@@ -450,6 +473,9 @@ def main(argv=None) -> int:
     if "4" in only:
         print("case 4: scaling")
         scaling_case(rows, args)
+    if "5" in only:
+        print("case 5: CNN l2-SAM step")
+        cnn_case(rows, args)
     if "mem" in only:
         print("case 4c: peak memory against grid size")
         results["memory"] = memory_case(args)
@@ -466,6 +492,10 @@ def main(argv=None) -> int:
         "the arithmetic of the general L-layer step the engine runs), gcc -O3 "
         "-march=native -ffast-math -fopenmp, tiles of 256 points in L1.",
         "Flows: SciPy times an evenly spaced subset of the grid and extrapolates.",
+        "Case 5: one l2-SAM step of the default CNN on 28x28 inputs, minibatch 128 "
+        f"({args.cnn_steps} steps per run, a record at both ends for samflow); rate = "
+        "steps/s. XLA's CPU convolution is slow inside a loop body (jax-ml/jax#12868): "
+        "the plain lax.scan loop pays it, samflow's host loop does not.",
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
