@@ -274,3 +274,26 @@ def test_an_alpha_list_gives_an_alpha_dim_and_paired_differences(mnist_dir, tmp_
         for name in ("top_mass", "zero_maps", "occlusion_background", "occlusion_stroke"):
             assert ds[name].dims == ("alpha", "optimizer", "seed")
         assert ds.attrs["match_loss"] == 0.69
+
+
+def test_the_python_study_is_the_cli_file(mnist_dir, tmp_path):
+    """``samflow.images.study`` returns what ``samflow cnn`` writes (but the timings and
+    the command line)."""
+    from samflow.images import study
+
+    out = tmp_path / "cli.nc"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--model", "diagonal",
+        "--steps", "4", "--record-every", "2", "--batch", "8", "--seeds", "2",
+        "--alpha", "0.5,1", "--examples", "2", "-q", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    mine = study(
+        ["gd", "sam-l2"], data_dir=str(mnist_dir), model="diagonal", steps=4,
+        record_every=2, batch=8, seeds=2, alpha=[0.5, 1], examples=2, log=lambda _: None,
+    )  # fmt: skip
+    with xr.open_dataset(out) as ds:
+        written = ds.load()
+    for ds in (written, mine):
+        ds.attrs.pop("command_line")
+    xr.testing.assert_identical(written.drop_vars("seconds"), mine.drop_vars("seconds"))

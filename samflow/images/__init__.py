@@ -10,10 +10,16 @@ weak features that GD ignores. This subpackage makes that measurable:
   network on flattened pixels (the bridge to the theory), behind one interface.
 - :mod:`samflow.images.attribution`: Grad-CAM, input-gradient saliency, background share.
 - :mod:`samflow.images.train`: training with the engine's own step
-  (:func:`samflow.steps.step`) inside ``lax.scan``; metrics at a schedule.
+  (:func:`samflow.steps.step`), a host loop or one ``lax.scan``; metrics at a schedule.
 - :mod:`samflow.images.results`: the labelled result file (xarray, written atomically).
 - :mod:`samflow.images.plot`: the input / GD Grad-CAM / SAM Grad-CAM figure.
+- :mod:`samflow.images.experiment`: :func:`study`, the whole study as one call
+  (what ``samflow cnn`` runs), and its printed summary.
 - :mod:`samflow.images.cli`: the ``samflow cnn`` and ``samflow data`` subcommands.
 
 Images are float32 throughout; nothing here enables x64.
 """
+
+from samflow.images.experiment import study
+
+__all__ = ["study"]

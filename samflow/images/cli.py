@@ -13,43 +13,23 @@ import argparse
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from samflow import __version__
 from samflow.commands.common import add_output_args, finite_float, float_list, integer
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
 from samflow.images.download import BASE_URL_ENV, ByteProgress, download
-from samflow.images.models import DEFAULT_CHANNELS, MODELS, make_classifier
+from samflow.images.experiment import DEFAULTS
+from samflow.images.models import DEFAULT_CHANNELS, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
 from samflow.images.train import BASE_OPTIMIZERS, LOOPS
 from samflow.io import FIGURE_SUFFIXES, check_output, write_dataset
 from samflow.rules import METHODS
-
-# Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
-# the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
-# rho = 1 at alpha = 2 stayed at log 2 (collapse) for 240 steps.
-DEFAULTS = {
-    "rho": 0.25,
-    "alpha": 2.0,
-    "eta": 0.3,
-    "steps": 600,
-    "batch": 128,
-    "seeds": 3,
-    "n_train": 1000,
-    "n_test": 500,
-    "record_every": 100,
-    "examples": 6,
-}
-
 
 # Upper bounds that keep a run within what it can hold: the step counter is an int32
 # inside the jitted run, and seeds, records and conv widths beyond these would only
 # exhaust memory (a Python list of seeds, the recorded history, the conv weights).
 MAX_STEPS = 2**31 - 1
 MAX_SEEDS = 10**6
-MAX_RECORDS = 10**6
 MAX_CHANNELS = 4096
 
 
@@ -211,142 +191,54 @@ def _methods(text: str) -> list[str]:
 
 
 def run_cnn(args: argparse.Namespace) -> int:
-    """Train, write the result file, optionally draw the figure; exit status."""
-    from samflow.images.attribution import background_mask
+    """Train (:func:`samflow.images.study`), write the result file, optionally draw the
+    figures; exit status."""
+    from samflow.images.experiment import check_alphas, check_settings, study, summary_lines
     from samflow.images.plot import alpha_figure, gradcam_figure
-    from samflow.images.results import build_dataset
-    from samflow.images.train import TrainConfig, example_indices, train_seeds, uniform_share
 
     say = _printer(args.quiet)
     methods = _methods(args.method)
     if args.figure and not {"gd", "sam-l2"} <= set(methods):
         raise InputError("--figure needs both methods: use --method gd,sam-l2")
-    if not 0 < args.background_threshold <= 1:
-        raise InputError(
-            f"--background-threshold must be in (0, 1], got {args.background_threshold}"
-        )
-    alphas = [float(a) for a in float_list(args.alpha, "alpha")]
-    if min(alphas) <= 0:
-        raise InputError(f"--alpha must be positive, got {args.alpha}")
-    if len(set(alphas)) < len(alphas):
-        raise InputError(f"--alpha repeats a value: {args.alpha}")
-    if not 0 < args.match_loss:
-        raise InputError(f"--match-loss must be positive, got {args.match_loss}")
-    if args.rho < 0:
-        raise InputError(f"--rho must be >= 0, got {args.rho}")
-    if args.eta <= 0:
-        raise InputError(f"--eta must be positive, got {args.eta}")
-    if args.steps % args.record_every:
-        raise InputError(
-            f"--steps ({args.steps}) must be a positive multiple of "
-            f"--record-every ({args.record_every})"
-        )
-    if args.steps // args.record_every > MAX_RECORDS:
-        raise InputError(
-            f"--steps {args.steps} / --record-every {args.record_every} makes "
-            f"{args.steps // args.record_every} records; at most {MAX_RECORDS}"
-        )
+    alphas = check_alphas(float_list(args.alpha, "alpha"), args.alpha)
+    settings = dict(
+        rho=args.rho,
+        eta=args.eta,
+        steps=args.steps,
+        record_every=args.record_every,
+        background_threshold=args.background_threshold,
+        match_loss=args.match_loss,
+    )
+    check_settings(**settings)
     if args.data_dir is not None and not args.data_dir.strip():
         raise InputError("--data-dir is empty")
     check_output(args.out, (".nc",))
     if args.figure is not None:
         check_output(args.figure, FIGURE_SUFFIXES)
-    classes = image_data.parse_classes(args.classes, args.dataset)
-    dataset = image_data.load_dataset(args.dataset, args.data_dir, split_seed=args.split_seed)
-    if dataset.split_note:
-        say(f"note: {dataset.split_note}")
-    task = image_data.binary_task(
-        dataset,
-        classes,
+    ds = study(
+        methods,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        classes=args.classes,
+        alpha=alphas,
+        base_optimizer=args.base_optimizer,
+        batch=args.batch,
+        seeds=args.seeds,
+        model=args.model,
+        channels=args.channels,
         n_train=args.n_train,
         n_test=args.n_test,
         normalise=args.normalise,
-        seed=args.split_seed,
-    )
-    n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
-    height, width = task.x_train.shape[2:]
-    if args.model == "cnn" and min(height, width) < 2 ** (len(args.channels) - 1):
-        raise InputError(
-            f"--channels {','.join(map(str, args.channels))}: {len(args.channels)} conv layers "
-            f"halve the {height}x{width} images {len(args.channels) - 1} times, to nothing; "
-            f"use at most {min(height, width).bit_length()} layers"
-        )
-    say(
-        f"{args.dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
-        f"{n_train} training, {n_test} test images; model {args.model}, alpha {args.alpha}"
-    )
-    batch = None if args.batch == 0 else args.batch
-    configs = [
-        TrainConfig(
-            method,
-            args.rho,
-            args.eta,
-            args.steps,
-            batch,
-            args.record_every,
-            args.base_optimizer,
-            args.loop,
-        )
-        for method in methods
-    ]
-    for config in configs:
-        config.check(n_train)
-    examples = example_indices(task.y_test, args.examples)
-    seeds = list(range(args.seeds))
-    runs = {}
-    for alpha in alphas:
-        classifier = make_classifier(
-            args.model, task.x_train.shape[1:], alpha=alpha, channels=args.channels
-        )
-        if len(alphas) > 1:
-            say(f"alpha {alpha:g}:")
-        runs[alpha] = [
-            train_seeds(
-                classifier,
-                task,
-                config,
-                seeds,
-                threshold=args.background_threshold,
-                examples=examples,
-                log=say,
-            )
-            for config in configs
-        ]
-    attrs = {
-        "title": "GD vs SAM on images: background share of attribution",
-        "dataset": args.dataset,
-        "classes": classes,
-        "class_names": task.class_names,
-        "split_note": dataset.split_note or "train and test splits as published",
-        "source": dataset.source,
-        "model": args.model,
-        "channels": args.channels if args.model == "cnn" else "",
-        "rho": args.rho,
-        "alpha": alphas[0] if len(alphas) == 1 else "",
-        "eta": args.eta,
-        "base_optimizer": args.base_optimizer,
-        "steps": args.steps,
-        "batch": "full" if batch is None else batch,
-        "n_train": n_train,
-        "n_test": n_test,
-        "normalise": args.normalise,
-        "background_threshold": args.background_threshold,
-        "attribution_class": "the true label of each test image",
-        "samflow_version": __version__,
-        "command_line": getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),
-    }
-    examples_arrays = {"image": task.raw_test[examples], "label": task.y_test[examples]}
-    background = background_mask(task.raw_test, args.background_threshold)
-    ds = build_dataset(
-        runs if len(alphas) > 1 else runs[alphas[0]],
-        examples_arrays,
-        {k: v for k, v in attrs.items() if v != ""},
-        match_loss=args.match_loss,
-        uniform_share=uniform_share(np.asarray(background)),
+        split_seed=args.split_seed,
+        examples=args.examples,
+        loop=args.loop,
+        log=say,
+        history=getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),
+        **settings,
     )
     write_dataset(ds, args.out)
     say(f"wrote {args.out}")
-    for line in summary_lines(ds, runs):
+    for line in summary_lines(ds):
         say(line)
     if args.figure:
         for path in gradcam_figure(ds, [args.figure]):
@@ -362,47 +254,6 @@ def run_cnn(args: argparse.Namespace) -> int:
 def _printer(quiet: bool):
     """``print``, or a function that prints nothing for ``-q``."""
     return (lambda _text: None) if quiet else print
-
-
-def summary_lines(ds, runs: dict) -> list[str]:
-    """The printed summary: per alpha and method, then the paired differences."""
-    lines = [f"uniform map background share: {float(ds['uniform_background_share']):.3f}"]
-    for alpha, group in runs.items():
-        one = ds.sel(alpha=alpha) if "alpha" in ds.dims else ds
-        if len(runs) > 1:
-            lines.append(f"alpha {alpha:g}:")
-        lines += [_summary(run) for run in group]
-        if "contrast" not in one.dims:
-            continue
-        for contrast in one["contrast"].values:
-            c = one.sel(contrast=contrast)
-            for var, label in (
-                ("background_share", "at the end"),
-                ("background_share_at_loss", f"at loss {ds.attrs['match_loss']:g}"),
-            ):
-                lines.append(
-                    f"  {contrast} Grad-CAM background share {label}: "
-                    f"{float(c[var + '_diff_mean']):+.3f} [{float(c[var + '_diff_ci_low']):+.3f}, "
-                    f"{float(c[var + '_diff_ci_high']):+.3f}] (95% CI), paired t p = "
-                    f"{float(c[var + '_diff_p_value']):.3g}, "
-                    f"{int(c[var + '_diff_n'])} seeds"
-                )
-    return lines
-
-
-def _summary(run) -> str:
-    h = run.history
-
-    def ms(values: np.ndarray) -> str:
-        return f"{np.nanmean(values):.3f} ± {np.nanstd(values, ddof=min(1, values.size - 1)):.3f}"
-
-    return (
-        f"{run.method:8s} background share: Grad-CAM {ms(h.background_share[:, -1])}, "
-        f"saliency {ms(h.saliency_background_share[:, -1])}; top-10% mass "
-        f"{ms(h.top_mass[:, -1])}; occlusion drop background {ms(h.occlusion_background[:, -1])}"
-        f" / stroke {ms(h.occlusion_stroke[:, -1])}; test accuracy "
-        f"{ms(h.test_accuracy[:, -1])} over {run.seeds.size} seeds ({run.seconds:.0f} s)"
-    )
 
 
 def run_download(args: argparse.Namespace) -> int:

@@ -1,0 +1,260 @@
+"""The image study as one Python call: :func:`study` is what ``samflow cnn`` runs.
+
+``samflow.images.study(["gd", "sam-l2"], alpha=[1.5, 2, 2.5, 3], seeds=10, ...)``
+returns the Dataset that ``samflow cnn --method gd,sam-l2 --alpha 1.5,2,2.5,3 --seeds 10
+...`` writes (:mod:`samflow.images.results`), every default defined once, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import xarray as xr
+
+from samflow import __version__
+from samflow.errors import InputError
+from samflow.images import data as image_data
+from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD, background_mask
+from samflow.images.models import DEFAULT_CHANNELS, make_classifier
+from samflow.images.results import DEFAULT_MATCH_LOSS, build_dataset
+from samflow.images.train import (
+    TrainConfig,
+    example_indices,
+    train_seeds,
+    uniform_share,
+)
+from samflow.io import describe
+
+# Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
+# the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
+# rho = 1 at alpha = 2 stayed at log 2 (collapse) for 240 steps.
+DEFAULTS = {
+    "rho": 0.25,
+    "alpha": 2.0,
+    "eta": 0.3,
+    "steps": 600,
+    "batch": 128,
+    "seeds": 3,
+    "n_train": 1000,
+    "n_test": 500,
+    "record_every": 100,
+    "examples": 6,
+}
+MAX_RECORDS = 10**6
+
+
+def check_alphas(alpha: float | Sequence[float], shown: str | None = None) -> list[float]:
+    """``alpha`` as a list of distinct positive finite floats; InputError naming it
+    (as ``shown``, the text it came from, if given) otherwise."""
+    alphas = [float(a) for a in np.atleast_1d(np.asarray(alpha, dtype=np.float64))]
+    shown = shown if shown is not None else ",".join(f"{a:g}" for a in alphas)
+    if not alphas or not all(np.isfinite(alphas)) or min(alphas) <= 0:
+        raise InputError(f"--alpha must be positive, got {shown}")
+    if len(set(alphas)) < len(alphas):
+        raise InputError(f"--alpha repeats a value: {shown}")
+    return alphas
+
+
+def check_settings(
+    *,
+    rho: float,
+    eta: float,
+    steps: int,
+    record_every: int,
+    background_threshold: float,
+    match_loss: float,
+) -> None:
+    """InputError naming the first bad value (before any data is read)."""
+    if not 0 < background_threshold <= 1:
+        raise InputError(f"--background-threshold must be in (0, 1], got {background_threshold}")
+    if not 0 < match_loss:
+        raise InputError(f"--match-loss must be positive, got {match_loss}")
+    if not rho >= 0:
+        raise InputError(f"--rho must be >= 0, got {rho}")
+    if not eta > 0:
+        raise InputError(f"--eta must be positive, got {eta}")
+    if steps < 1 or record_every < 1 or steps % record_every:
+        raise InputError(
+            f"--steps ({steps}) must be a positive multiple of --record-every ({record_every})"
+        )
+    if steps // record_every > MAX_RECORDS:
+        raise InputError(
+            f"--steps {steps} / --record-every {record_every} makes "
+            f"{steps // record_every} records; at most {MAX_RECORDS}"
+        )
+
+
+def study(
+    methods: Sequence[str],
+    *,
+    dataset: str = "mnist",
+    data_dir: str | None = None,
+    classes: str | None = None,
+    alpha: float | Sequence[float] = DEFAULTS["alpha"],
+    rho: float = DEFAULTS["rho"],
+    eta: float = DEFAULTS["eta"],
+    base_optimizer: str = "sgd",
+    steps: int = DEFAULTS["steps"],
+    batch: int | None = DEFAULTS["batch"],
+    seeds: int = DEFAULTS["seeds"],
+    model: str = "cnn",
+    channels: tuple[int, ...] = DEFAULT_CHANNELS,
+    n_train: int = DEFAULTS["n_train"],
+    n_test: int = DEFAULTS["n_test"],
+    normalise: bool = True,
+    background_threshold: float = DEFAULT_BACKGROUND_THRESHOLD,
+    record_every: int = DEFAULTS["record_every"],
+    split_seed: int = 0,
+    examples: int = DEFAULTS["examples"],
+    match_loss: float = DEFAULT_MATCH_LOSS,
+    loop: str = "auto",
+    log: Callable[[str], None] = print,
+    history: str | None = None,
+) -> xr.Dataset:
+    """Train ``methods`` on a binary image task for every alpha and seed; the result.
+
+    Every method sees the same data, initialisation and minibatch order per seed, so
+    the SAM - GD differences in the result are paired. ``batch=None`` (or 0): full
+    batch. ``log`` gets the progress lines (``lambda _: None`` for none). Returns the
+    Dataset of :mod:`samflow.images.results` (an ``alpha`` dim for several alphas).
+    """
+    alphas = check_alphas(alpha)
+    check_settings(
+        rho=rho,
+        eta=eta,
+        steps=steps,
+        record_every=record_every,
+        background_threshold=background_threshold,
+        match_loss=match_loss,
+    )
+    batch = None if batch in (None, 0) else batch
+    configs = [
+        TrainConfig(m, rho, eta, steps, batch, record_every, base_optimizer, loop) for m in methods
+    ]
+    for config in configs:
+        config.check(n_train if batch is None else batch)
+    pair = image_data.parse_classes(classes, dataset)
+    data = image_data.load_dataset(dataset, data_dir, split_seed=split_seed)
+    if data.split_note:
+        log(f"note: {data.split_note}")
+    task = image_data.binary_task(
+        data, pair, n_train=n_train, n_test=n_test, normalise=normalise, seed=split_seed
+    )
+    n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
+    height, width = task.x_train.shape[2:]
+    if model == "cnn" and min(height, width) < 2 ** (len(channels) - 1):
+        raise InputError(
+            f"--channels {','.join(map(str, channels))}: {len(channels)} conv layers "
+            f"halve the {height}x{width} images {len(channels) - 1} times, to nothing; "
+            f"use at most {min(height, width).bit_length()} layers"
+        )
+    for config in configs:
+        config.check(n_train)
+    log(
+        f"{dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
+        f"{n_train} training, {n_test} test images; model {model}, alpha "
+        f"{','.join(f'{a:g}' for a in alphas)}"
+    )
+    shown = example_indices(task.y_test, examples)
+    runs = {}
+    for a in alphas:
+        classifier = make_classifier(model, task.x_train.shape[1:], alpha=a, channels=channels)
+        if len(alphas) > 1:
+            log(f"alpha {a:g}:")
+        runs[a] = [
+            train_seeds(
+                classifier,
+                task,
+                config,
+                list(range(seeds)),
+                threshold=background_threshold,
+                examples=shown,
+                log=log,
+            )
+            for config in configs
+        ]
+    attrs = {
+        "title": "GD vs SAM on images: background share of attribution",
+        "dataset": dataset,
+        "classes": pair,
+        "class_names": task.class_names,
+        "split_note": data.split_note or "train and test splits as published",
+        "source": data.source,
+        "model": model,
+        "rho": rho,
+        "eta": eta,
+        "base_optimizer": base_optimizer,
+        "steps": steps,
+        "batch": "full" if batch is None else batch,
+        "n_train": n_train,
+        "n_test": n_test,
+        "normalise": normalise,
+        "background_threshold": background_threshold,
+        "attribution_class": "the true label of each test image",
+        "samflow_version": __version__,
+        "command_line": history or _call(methods, dataset, alphas),
+    }
+    if model == "cnn":
+        attrs["channels"] = channels
+    if len(alphas) == 1:
+        attrs["alpha"] = alphas[0]
+    background = np.asarray(background_mask(task.raw_test, background_threshold))
+    ds = build_dataset(
+        runs if len(alphas) > 1 else runs[alphas[0]],
+        {"image": task.raw_test[shown], "label": task.y_test[shown]},
+        attrs,
+        match_loss=match_loss,
+        uniform_share=uniform_share(background),
+    )
+    return describe(ds)  # units and long names, as the file will carry them
+
+
+def _call(methods: Sequence[str], dataset: str, alphas: list[float]) -> str:
+    return (
+        f"samflow.images.study({list(methods)!r}, dataset={dataset!r}, alpha={alphas!r}, ...) "
+        f"(samflow {__version__})"
+    )
+
+
+def summary_lines(ds: xr.Dataset) -> list[str]:
+    """The printed summary of a result: per alpha and method, then the paired
+    differences (what ``samflow cnn`` prints at the end)."""
+    lines = [f"uniform map background share: {float(ds['uniform_background_share']):.3f}"]
+    alphas = ds["alpha"].values if "alpha" in ds.dims else [None]
+    for a in alphas:
+        one = ds if a is None else ds.sel(alpha=a)
+        if a is not None:
+            lines.append(f"alpha {a:g}:")
+        methods = one["optimizer"].values if "optimizer" in one.dims else [ds.attrs["method"]]
+        for m in methods:
+            lines.append(_method_line(one.sel(optimizer=m) if "optimizer" in one.dims else one, m))
+        for contrast in one["contrast"].values if "contrast" in one.dims else []:
+            c = one.sel(contrast=contrast)
+            for var, label in (
+                ("background_share", "at the end"),
+                ("background_share_at_loss", f"at loss {ds.attrs['match_loss']:g}"),
+            ):
+                lines.append(
+                    f"  {contrast} Grad-CAM background share {label}: "
+                    f"{float(c[var + '_diff_mean']):+.3f} [{float(c[var + '_diff_ci_low']):+.3f}, "
+                    f"{float(c[var + '_diff_ci_high']):+.3f}] (95% CI), paired t p = "
+                    f"{float(c[var + '_diff_p_value']):.3g}, {int(c[var + '_diff_n'])} seeds"
+                )
+    return lines
+
+
+def _method_line(ds: xr.Dataset, method: str) -> str:
+    def ms(name: str) -> str:
+        v = ds[name].values.astype(np.float64)
+        n = int(np.sum(np.isfinite(v)))
+        sd = np.nanstd(v, ddof=1) if n > 1 else 0.0
+        return f"{np.nanmean(v):.3f} ± {sd:.3f}" if n else "n/a"
+
+    return (
+        f"{method:8s} background share: Grad-CAM {ms('background_share')}, saliency "
+        f"{ms('saliency_background_share')}; top-10% mass {ms('top_mass')}; occlusion drop "
+        f"background {ms('occlusion_background')} / stroke {ms('occlusion_stroke')}; test "
+        f"accuracy {ms('test_accuracy')} over {ds.sizes['seed']} seeds "
+        f"({float(ds['seconds']):.0f} s)"
+    )
