@@ -1,7 +1,8 @@
 """samflow benchmarks: the engine against what a researcher would otherwise use.
 
 ``make bench`` (or ``python -m benchmarks.bench``) runs every case, prints the table and
-writes ``benchmarks/results/latest.json`` and ``latest.md``, and puts the table into the
+writes ``benchmarks/results/latest.json`` and ``latest.md`` (``partial.*`` with ``--only``,
+so a partial run leaves the full table alone), and puts the table into the
 README between its bench markers. ``--quick`` shrinks every case (a smoke test).
 
 Unit: coordinate-steps per second = grid points x d x steps / seconds; flows:
@@ -499,9 +500,10 @@ def main(argv=None) -> int:
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(results, indent=1))
+    stem = "latest" if args.only is None else "partial"  # --only keeps the full table
+    (RESULTS / f"{stem}.json").write_text(json.dumps(results, indent=1))
     table = markdown(results)
-    (RESULTS / "latest.md").write_text(table)
+    (RESULTS / f"{stem}.md").write_text(table)
     print(table)
     if full and not args.no_readme and args.only is None:
         update_readme(table)
