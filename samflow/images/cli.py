@@ -193,7 +193,7 @@ def _methods(text: str) -> list[str]:
 def run_cnn(args: argparse.Namespace) -> int:
     """Train (:func:`samflow.images.study`), write the result file, optionally draw the
     figures; exit status."""
-    from samflow.images.experiment import check_alphas, check_settings, study, summary_lines
+    from samflow.images.experiment import check_alphas, study, summary_lines
     from samflow.images.plot import alpha_figure, gradcam_figure
 
     say = _printer(args.quiet)
@@ -201,15 +201,6 @@ def run_cnn(args: argparse.Namespace) -> int:
     if args.figure and not {"gd", "sam-l2"} <= set(methods):
         raise InputError("--figure needs both methods: use --method gd,sam-l2")
     alphas = check_alphas(float_list(args.alpha, "alpha"), args.alpha)
-    settings = dict(
-        rho=args.rho,
-        eta=args.eta,
-        steps=args.steps,
-        record_every=args.record_every,
-        background_threshold=args.background_threshold,
-        match_loss=args.match_loss,
-    )
-    check_settings(**settings)
     if args.data_dir is not None and not args.data_dir.strip():
         raise InputError("--data-dir is empty")
     check_output(args.out, (".nc",))
@@ -232,9 +223,14 @@ def run_cnn(args: argparse.Namespace) -> int:
         split_seed=args.split_seed,
         examples=args.examples,
         loop=args.loop,
+        rho=args.rho,
+        eta=args.eta,
+        steps=args.steps,
+        record_every=args.record_every,
+        background_threshold=args.background_threshold,
+        match_loss=args.match_loss,
         log=say,
         history=getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),
-        **settings,
     )
     write_dataset(ds, args.out)
     say(f"wrote {args.out}")

@@ -41,7 +41,6 @@ DEFAULTS = {
     "record_every": 100,
     "examples": 6,
 }
-MAX_RECORDS = 10**6
 
 
 def check_alphas(alpha: float | Sequence[float], shown: str | None = None) -> list[float]:
@@ -56,33 +55,13 @@ def check_alphas(alpha: float | Sequence[float], shown: str | None = None) -> li
     return alphas
 
 
-def check_settings(
-    *,
-    rho: float,
-    eta: float,
-    steps: int,
-    record_every: int,
-    background_threshold: float,
-    match_loss: float,
-) -> None:
-    """InputError naming the first bad value (before any data is read)."""
+def check_settings(*, background_threshold: float, match_loss: float) -> None:
+    """InputError naming a bad measurement setting (the training settings are
+    :meth:`samflow.images.train.TrainConfig.check`'s)."""
     if not 0 < background_threshold <= 1:
         raise InputError(f"--background-threshold must be in (0, 1], got {background_threshold}")
     if not 0 < match_loss:
         raise InputError(f"--match-loss must be positive, got {match_loss}")
-    if not rho >= 0:
-        raise InputError(f"--rho must be >= 0, got {rho}")
-    if not eta > 0:
-        raise InputError(f"--eta must be positive, got {eta}")
-    if steps < 1 or record_every < 1 or steps % record_every:
-        raise InputError(
-            f"--steps ({steps}) must be a positive multiple of --record-every ({record_every})"
-        )
-    if steps // record_every > MAX_RECORDS:
-        raise InputError(
-            f"--steps {steps} / --record-every {record_every} makes "
-            f"{steps // record_every} records; at most {MAX_RECORDS}"
-        )
 
 
 def study(
@@ -120,20 +99,13 @@ def study(
     Dataset of :mod:`samflow.images.results` (an ``alpha`` dim for several alphas).
     """
     alphas = check_alphas(alpha)
-    check_settings(
-        rho=rho,
-        eta=eta,
-        steps=steps,
-        record_every=record_every,
-        background_threshold=background_threshold,
-        match_loss=match_loss,
-    )
-    batch = None if batch in (None, 0) else batch
+    check_settings(background_threshold=background_threshold, match_loss=match_loss)
+    batch = batch or None  # 0 or None: full batch
     configs = [
         TrainConfig(m, rho, eta, steps, batch, record_every, base_optimizer, loop) for m in methods
     ]
     for config in configs:
-        config.check(n_train if batch is None else batch)
+        config.check()  # before any data is read
     pair = image_data.parse_classes(classes, dataset)
     data = image_data.load_dataset(dataset, data_dir, split_seed=split_seed)
     if data.split_note:

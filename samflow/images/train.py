@@ -44,6 +44,8 @@ from samflow.transform import apply_step, sam
 
 BASE_OPTIMIZERS = ("sgd", "momentum", "adam")
 LOOPS = ("auto", "host", "scan")
+MAX_RECORDS = 10**6
+"""At most this many records per run (the history is held in memory)."""
 MOMENTUM = 0.9
 TOP_FRACTION = 0.1
 """Concentration of a map: the share of its mass on its top 10% of pixels."""
@@ -95,21 +97,29 @@ class TrainConfig:
         """Records including the one at step 0."""
         return self.steps // self.record_every + 1
 
-    def check(self, n_train: int) -> None:
-        """InputError naming the bad value, if any."""
+    def check(self, n_train: int | None = None) -> None:
+        """InputError naming the bad value, if any; the batch against ``n_train`` too
+        when it is given (the rest needs no data)."""
         rules.get_rule(self.method)
         base_optimizer(self.base_optimizer, self.eta)  # an unknown name raises
         if self.loop not in LOOPS:
             raise InputError(f"unknown loop {self.loop!r}; choose from {', '.join(LOOPS)}")
+        if not self.rho >= 0:
+            raise InputError(f"--rho must be >= 0, got {self.rho}")
+        if not self.eta > 0:
+            raise InputError(f"--eta must be positive, got {self.eta}")
         if self.steps < 1 or self.record_every < 1 or self.steps % self.record_every:
             raise InputError(
                 f"--steps ({self.steps}) must be a positive multiple of "
                 f"--record-every ({self.record_every})"
             )
-        if self.batch is not None and not 1 <= self.batch <= n_train:
+        if self.steps // self.record_every > MAX_RECORDS:
+            raise InputError(
+                f"--steps {self.steps} / --record-every {self.record_every} makes "
+                f"{self.steps // self.record_every} records; at most {MAX_RECORDS}"
+            )
+        if n_train is not None and self.batch is not None and not 1 <= self.batch <= n_train:
             raise InputError(f"--batch {self.batch} must be between 1 and n_train = {n_train}")
-        if not (self.eta > 0 and self.rho >= 0):
-            raise InputError(f"need eta > 0 and rho >= 0, got eta={self.eta}, rho={self.rho}")
 
 
 class Metrics(NamedTuple):
