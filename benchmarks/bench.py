@@ -316,6 +316,11 @@ def cnn_case(rows, args):
     steps = args.cnn_steps
     impls = [
         ("samflow (cnn, host loop)", lambda: cnn.samflow_run("host", steps), "CPU default"),
+        (
+            "samflow host loop, conv=lax",
+            lambda: cnn.samflow_run("host", steps, conv="lax"),
+            "lax.conv in every layer",
+        ),
         ("samflow scan driver", lambda: cnn.samflow_run("scan", steps), "for a GPU"),
         ("equinox + lax.scan (plain)", lambda: cnn.equinox_scan(steps), ""),
     ]

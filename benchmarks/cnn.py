@@ -5,7 +5,9 @@ same synthetic MNIST-shaped data (28x28, one channel), minibatches of 128 drawn 
 replacement, rho = 0.05, eta = 0.1:
 
 - samflow: :func:`samflow.images.train.make_run` with ``loop="host"`` (the CPU default)
-  and ``loop="scan"``; a run of ``steps`` steps with a record at both ends, so two
+  and ``loop="scan"``, the convolution chosen by ``conv="auto"`` (the default), and the
+  host loop once more with ``conv="lax"`` (``lax.conv`` in every layer) to show what
+  the choice buys; a run of ``steps`` steps with a record at both ends, so two
   evaluations of the (small) train and test sets are included in the time;
 - equinox + ``lax.scan``: the plain loop a researcher would write (vmapped per-image
   module, ``jax.grad``, the SAM update by hand, every step inside one ``lax.scan``);
@@ -50,14 +52,16 @@ def _data(n_train: int, n_test: int):
     )
 
 
-def samflow_run(loop: str, steps: int, n_train: int = 1024, n_test: int = 128):
+def samflow_run(
+    loop: str, steps: int, n_train: int = 1024, n_test: int = 128, conv: str = "auto"
+):
     """``() -> None``: ``steps`` l2-SAM steps through samflow's training run."""
     import jax
 
     from samflow.images.models import cnn_classifier
     from samflow.images.train import TrainConfig, make_run, task_arrays
 
-    classifier = cnn_classifier(1, CHANNELS)
+    classifier = cnn_classifier(1, CHANNELS, conv=conv)
     data = task_arrays(_data(n_train, n_test), 0.1)
     config = TrainConfig("sam-l2", RHO, ETA, steps, BATCH, steps, loop=loop)
     run = make_run(classifier, config)

@@ -27,6 +27,107 @@ def test_cnn_shapes_and_alpha_scaling():
     np.testing.assert_allclose(logit_two, 2.0**3 * logit_one, rtol=1e-5)
 
 
+def _equinox_logit(net: models.CNN, x: jax.Array) -> jax.Array:
+    """One image through ``eqx.nn.Conv2d`` itself (``lax.conv`` inside equinox, NCHW)."""
+    for i, layer in enumerate(net.convs):
+        x = jax.nn.relu(layer(x))
+        if i < len(net.convs) - 1:
+            k, h, w = x.shape
+            x = x.reshape(k, h // 2, 2, w // 2, 2).mean(axis=(2, 4))
+    return net.head(jnp.mean(x, axis=(1, 2)))
+
+
+def _max_rel(a, b) -> float:
+    return max(
+        float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(v)))
+        for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True)
+    )
+
+
+@pytest.mark.parametrize("in_channels", [1, 3])
+@pytest.mark.parametrize("conv", models.CONVS)
+def test_every_conv_matches_equinox_conv2d(conv, in_channels):
+    """Logits, parameter and input gradients, and a forward-mode derivative of the
+    default CNN, float32, against the same weights run through ``eqx.nn.Conv2d``."""
+    x = jax.random.normal(jax.random.key(1), (12, in_channels, 28, 28))
+    y = jnp.where(jax.random.uniform(jax.random.key(2), (12,)) < 0.5, -1.0, 1.0)
+    net = models.CNN(in_channels, alpha=2.0, conv=conv, key=jax.random.key(3))
+    params, static = eqx.partition(net, eqx.is_inexact_array)
+
+    def logits(p, x, batched):
+        m = eqx.combine(p, static)
+        return m.logits(x) if batched else jax.vmap(lambda xi: _equinox_logit(m, xi))(x)
+
+    def loss(p, x, batched):
+        return models.logistic_loss(y * logits(p, x, batched))
+
+    batched = jax.jit(logits, static_argnums=2)
+    reference = batched(params, x, False)
+    assert _max_rel(batched(params, x, True), reference) < 1e-5
+    assert _max_rel(jax.jit(jax.vmap(net))(x), reference) < 1e-5  # one image at a time
+    for argnum in (0, 1):  # parameters, then the input (what saliency maps use)
+        grad = jax.jit(jax.grad(loss, argnums=argnum), static_argnums=2)
+        assert _max_rel(grad(params, x, True), grad(params, x, False)) < 1e-5
+
+    # Forward mode on the logits (not the loss, a sum that cancels). The tangent is an
+    # argument: a constant one meets an XLA miscompile (next test).
+    tangent = jax.tree_util.tree_map(jnp.ones_like, params)
+    jvp = jax.jit(
+        lambda t, b: jax.jvp(lambda p: logits(p, x, b), (params,), (t,))[1], static_argnums=1
+    )
+    assert _max_rel(jvp(tangent, True), jvp(tangent, False)) < 1e-5
+
+
+def test_cpu_compiler_options_avoid_an_xla_ynnpack_miscompile():
+    """Three chained SAME convolutions with constant all-ones kernels, summed: with
+    YNNPACK fusions on (XLA's CPU default in jaxlib 0.10) the compiled program returned
+    1/16 of the value; :func:`train.compiler_options` turns them off. The reference
+    passes the kernels as arguments, which XLA compiles correctly either way."""
+    x = jax.random.normal(jax.random.key(1), (4, 28, 28, 1))
+    shapes = [(3, 3, 1, 8), (3, 3, 8, 16), (3, 3, 16, 32)]
+
+    def chain(x, *kernels):
+        for w in kernels:
+            x = models.conv_same(x, w, "lax")
+        return jnp.sum(x)
+
+    reference = jax.jit(chain)(x, *[jnp.ones(s) for s in shapes])
+    constant = jax.jit(
+        lambda x: chain(x, *[jnp.ones(s) for s in shapes]),
+        compiler_options=train.compiler_options(),
+    )(x)
+    np.testing.assert_allclose(constant, reference, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", [(2, 2), (3, 3), (5, 3)])
+def test_shifted_conv_matches_lax_conv(kernel):
+    """SAME padding for odd and even kernels, non-square images, several channels."""
+    x = jax.random.normal(jax.random.key(4), (3, 9, 6, 2))
+    w = jax.random.normal(jax.random.key(5), (*kernel, 2, 4))
+    np.testing.assert_allclose(
+        models.conv_same(x, w, "shifted"), models.conv_same(x, w, "lax"), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_unknown_conv_is_an_input_error():
+    with pytest.raises(InputError, match="unknown conv 'fft'"):
+        models.CNN(1, key=jax.random.key(0), conv="fft")
+
+
+def test_cpu_compiler_options_change_speed_not_results():
+    """The YNNPACK option (on a CPU) leaves a CNN gradient the same to float32 rounding."""
+    options = train.compiler_options()
+    if jax.default_backend() == "cpu":
+        assert options == {train.YNN_OPTION: ""}
+    clf = models.cnn_classifier(1)
+    params = clf.init(jax.random.key(0))
+    x = jax.random.normal(jax.random.key(1), (16, 1, 28, 28))
+    y = jnp.where(jnp.arange(16) % 2 == 0, 1.0, -1.0)
+    with_options = jax.jit(clf.grad_and_aux, compiler_options=options)(params, x, y)
+    default = jax.jit(clf.grad_and_aux)(params, x, y)
+    assert _max_rel(with_options, default) < 1e-5
+
+
 def test_one_sam_step_on_the_cnn_matches_optax():
     clf = models.cnn_classifier(1, (3, 4))
     params = clf.init(jax.random.key(0))

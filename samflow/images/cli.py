@@ -19,7 +19,7 @@ from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
 from samflow.images.download import BASE_URL_ENV, ByteProgress, download
 from samflow.images.experiment import DEFAULTS
-from samflow.images.models import DEFAULT_CHANNELS, MODELS
+from samflow.images.models import CONVS, DEFAULT_CHANNELS, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
 from samflow.images.train import BASE_OPTIMIZERS, LOOPS
 from samflow.io import FIGURE_SUFFIXES, check_output, write_dataset
@@ -125,6 +125,14 @@ def register(subparsers) -> None:
     cnn.add_argument(
         "--channels", type=_channels, default=DEFAULT_CHANNELS, help="conv widths, e.g. 8,16,32"
     )
+    cnn.add_argument(
+        "--conv",
+        choices=CONVS,
+        default="auto",
+        help="how the CNN computes its convolutions, not what: lax (lax.conv), shifted "
+        "(shifted matrix products forward, lax.conv derivatives) or auto (shifted for "
+        "one input channel on a CPU, else lax); all agree to float32 rounding",
+    )
     cnn.add_argument("--n-train", type=_bounded("n-train", 1), default=d["n_train"])
     cnn.add_argument("--n-test", type=_bounded("n-test", 1), default=d["n_test"])
     cnn.add_argument(
@@ -217,6 +225,7 @@ def run_cnn(args: argparse.Namespace) -> int:
         seeds=args.seeds,
         model=args.model,
         channels=args.channels,
+        conv=args.conv,
         n_train=args.n_train,
         n_test=args.n_test,
         normalise=args.normalise,

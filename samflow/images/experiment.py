@@ -16,7 +16,7 @@ from samflow import __version__
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD, background_mask
-from samflow.images.models import DEFAULT_CHANNELS, make_classifier
+from samflow.images.models import DEFAULT_CHANNELS, check_conv, make_classifier
 from samflow.images.results import DEFAULT_MATCH_LOSS, build_dataset
 from samflow.images.train import (
     TrainConfig,
@@ -79,6 +79,7 @@ def study(
     seeds: int = DEFAULTS["seeds"],
     model: str = "cnn",
     channels: tuple[int, ...] = DEFAULT_CHANNELS,
+    conv: str = "auto",
     n_train: int = DEFAULTS["n_train"],
     n_test: int = DEFAULTS["n_test"],
     normalise: bool = True,
@@ -95,10 +96,13 @@ def study(
 
     Every method sees the same data, initialisation and minibatch order per seed, so
     the SAM - GD differences in the result are paired. ``batch=None`` (or 0): full
-    batch. ``log`` gets the progress lines (``lambda _: None`` for none). Returns the
+    batch. ``conv`` chooses how the CNN's convolutions are computed
+    (:func:`samflow.images.models.conv_same`; the numbers agree to float32 rounding).
+    ``log`` gets the progress lines (``lambda _: None`` for none). Returns the
     Dataset of :mod:`samflow.images.results` (an ``alpha`` dim for several alphas).
     """
     alphas = check_alphas(alpha)
+    check_conv(conv)
     check_settings(background_threshold=background_threshold, match_loss=match_loss)
     batch = batch or None  # 0 or None: full batch
     configs = [
@@ -131,7 +135,9 @@ def study(
     shown = example_indices(task.y_test, examples)
     runs = {}
     for a in alphas:
-        classifier = make_classifier(model, task.x_train.shape[1:], alpha=a, channels=channels)
+        classifier = make_classifier(
+            model, task.x_train.shape[1:], alpha=a, channels=channels, conv=conv
+        )
         if len(alphas) > 1:
             log(f"alpha {a:g}:")
         runs[a] = [
@@ -169,6 +175,7 @@ def study(
     }
     if model == "cnn":
         attrs["channels"] = channels
+        attrs["conv"] = conv
     if len(alphas) == 1:
         attrs["alpha"] = alphas[0]
     background = np.asarray(background_mask(task.raw_test, background_threshold))
