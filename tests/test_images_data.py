@@ -194,10 +194,25 @@ def test_binary_task(tmp_path):
         data.binary_task(no_eights, (3, 8))
 
 
+def test_binary_task_between_groups_of_classes(tmp_path):
+    write_mnist(tmp_path, n=100)
+    ds = data.load_dataset("mnist", tmp_path)
+    low, high = (0, 1, 2, 3, 4), (5, 6, 7, 8, 9)
+    task = data.binary_task(ds, (low, high), normalise=False)
+    assert task.x_test.shape[0] == ds.test.n  # every image is on one side
+    np.testing.assert_array_equal(task.y_test, np.where(ds.test.labels >= 5, 1.0, -1.0))
+    assert task.classes == (low, high) and task.class_names == ("0+1+2+3+4", "5+6+7+8+9")
+    with pytest.raises(InputError, match="share classes"):
+        data.binary_task(ds, ((1, 2), (2, 3)))
+
+
 def test_parse_classes_and_default_dir(monkeypatch, tmp_path):
-    assert data.parse_classes(None, "mnist") == (3, 8)
-    assert data.parse_classes("airplane,ship", "cifar10") == (0, 8)
-    for bad in ("3", "3,3", "3,x", "1,2,3"):
+    assert data.parse_classes(None, "mnist") == ((3,), (8,))
+    assert data.parse_classes("airplane,ship", "cifar10") == ((0,), (8,))
+    groups = data.parse_classes("0+1+2+3+4, 5+6+7+8+9", "mnist")
+    assert groups == ((0, 1, 2, 3, 4), (5, 6, 7, 8, 9))
+    assert data.classes_text(groups) == "0+1+2+3+4,5+6+7+8+9"
+    for bad in ("3", "3,3", "3,x", "1,2,3", "1+2,2+3", "1+1,2", "3+,8"):
         with pytest.raises(InputError):
             data.parse_classes(bad, "mnist")
     monkeypatch.setenv("SAMFLOW_DATA", str(tmp_path))

@@ -74,7 +74,8 @@ def register(subparsers) -> None:
     )
     cnn.add_argument(
         "--classes",
-        help="class pair A,B (digits or CIFAR names); A is labelled -1, B +1; default: "
+        help="class pair A,B (digits or CIFAR names; a side may be a group, 0+1+2+3+4); "
+        "A is labelled -1, B +1; default: "
         + ", ".join(f"{k} {a},{b}" for k, (a, b) in image_data.DEFAULT_CLASSES.items()),
     )
     cnn.add_argument(

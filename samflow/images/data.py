@@ -475,6 +475,10 @@ def load_dataset(
     )
 
 
+Classes = tuple[tuple[int, ...], tuple[int, ...]]
+"""The two sides of a binary task, each one class or a group of classes."""
+
+
 @dataclass(frozen=True)
 class BinaryTask:
     """A two-class problem ready for training.
@@ -486,8 +490,9 @@ class BinaryTask:
         y_test: ``[n_test]`` float32 in {-1, +1}.
         raw_test: ``[n_test, H, W, C]`` float32 test pixels in [0, 1] before
             normalisation: background masks and figures use these.
-        classes: ``(a, b)``; class ``a`` is labelled -1 and class ``b`` is +1.
-        class_names: names of ``a`` and ``b``.
+        classes: the two sides ``(A, B)``, tuples of class indices (one each for a pair
+            of classes); images of ``A`` are labelled -1 and those of ``B`` +1.
+        class_names: names of ``A`` and ``B`` (a group's names joined by ``+``).
         mean, std: ``[C]`` per-channel statistics of the training pixels in [0, 1]
             used to normalise (0 and 1 when not normalised).
     """
@@ -497,35 +502,63 @@ class BinaryTask:
     x_test: np.ndarray
     y_test: np.ndarray
     raw_test: np.ndarray
-    classes: tuple[int, int]
+    classes: Classes
     class_names: tuple[str, str]
     mean: np.ndarray
     std: np.ndarray
 
 
-def parse_classes(text: str | None, dataset: str) -> tuple[int, int]:
-    """``"a,b"`` -> ``(a, b)``; the data set's default pair for None."""
+def class_groups(classes: tuple) -> Classes:
+    """``(a, b)`` with each side a class index or a sequence of them -> two tuples."""
+    if len(classes) != 2:
+        raise InputError(f"a binary task needs two sides, got {classes!r}")
+    groups = tuple(
+        (int(side),) if np.ndim(side) == 0 else tuple(int(c) for c in side) for side in classes
+    )
+    if set(groups[0]) & set(groups[1]):
+        raise InputError(f"the two sides share classes: {classes!r}")
+    return groups[0], groups[1]
+
+
+def classes_text(classes: Classes) -> str:
+    """The ``--classes`` spelling of ``classes``: ``3,8`` or ``0+1+2+3+4,5+6+7+8+9``."""
+    return ",".join("+".join(str(c) for c in side) for side in classes)
+
+
+def parse_classes(text: str | None, dataset: str) -> Classes:
+    """``"A,B"`` -> the two sides; the data set's default pair for None.
+
+    A side is a class (``3``, or a name such as ``airplane``) or several joined by ``+``
+    (``0+1+2+3+4``): a binary task between two groups of classes, which can use every
+    image of a data set (``--classes 0+1+2+3+4,5+6+7+8+9``).
+    """
     if text is None:
-        return DEFAULT_CLASSES[dataset]
+        return class_groups(DEFAULT_CLASSES[dataset])
     names = CLASS_NAMES[dataset]
     parts = [p.strip() for p in text.split(",")]
     if len(parts) != 2:
-        raise InputError(f"--classes needs two classes as A,B, got {text!r}")
-    pair = []
-    for p in parts:
-        if p.isdigit() and int(p) < 10:
-            pair.append(int(p))
-        elif p in names:
-            pair.append(names.index(p))
-        else:
-            raise InputError(f"--classes: {p!r} is not a class of {dataset} (0..9 or a name)")
-    if pair[0] == pair[1]:
-        raise InputError(f"--classes needs two different classes, got {text!r}")
-    return pair[0], pair[1]
+        raise InputError(f"--classes needs two classes (or groups A+B) as A,B, got {text!r}")
+    sides = []
+    for part in parts:
+        side = []
+        for p in (q.strip() for q in part.split("+")):
+            if p.isdigit() and int(p) < len(names):
+                side.append(int(p))
+            elif p in names:
+                side.append(names.index(p))
+            else:
+                raise InputError(f"--classes: {p!r} is not a class of {dataset} (0..9 or a name)")
+        if len(set(side)) != len(side):
+            raise InputError(f"--classes: {part!r} names a class twice")
+        sides.append(tuple(side))
+    if set(sides[0]) & set(sides[1]):
+        what = "two different classes" if len(sides[0]) == len(sides[1]) == 1 else "disjoint groups"
+        raise InputError(f"--classes needs {what}, got {text!r}")
+    return sides[0], sides[1]
 
 
-def _pick(split: ImageSplit, classes: tuple[int, int], n: int | None, rng) -> ImageSplit:
-    keep = np.flatnonzero(np.isin(split.labels, classes))
+def _pick(split: ImageSplit, classes: Classes, n: int | None, rng) -> ImageSplit:
+    keep = np.flatnonzero(np.isin(split.labels, classes[0] + classes[1]))
     if n is not None and n < keep.size:
         keep = np.sort(rng.choice(keep, size=n, replace=False))
     return ImageSplit(split.images[keep], split.labels[keep])
@@ -533,41 +566,44 @@ def _pick(split: ImageSplit, classes: tuple[int, int], n: int | None, rng) -> Im
 
 def binary_task(
     dataset: ImageDataset,
-    classes: tuple[int, int] | None = None,
+    classes: tuple | None = None,
     *,
     n_train: int | None = None,
     n_test: int | None = None,
     normalise: bool = True,
     seed: int = 0,
 ) -> BinaryTask:
-    """Images of two classes, labels -1 (first class) / +1 (second), optional subsample.
+    """Images of two classes (or groups of classes: :func:`class_groups`), labels -1
+    (first side) / +1 (second), optional subsample.
 
     ``normalise`` subtracts the per-channel mean and divides by the standard deviation
     of the training pixels; then dark background is a constant nonzero input, as it is
     for networks trained on standardised data, rather than exactly zero.
     """
-    classes = classes if classes is not None else DEFAULT_CLASSES[dataset.name]
+    classes = class_groups(classes if classes is not None else DEFAULT_CLASSES[dataset.name])
     names = CLASS_NAMES[dataset.name]
     rng = np.random.default_rng(seed)
 
-    def label(c: int) -> str:
-        return f"class {c}" if names[c] == str(c) else f"class {c} ({names[c]})"
+    def label(side: tuple[int, ...]) -> str:
+        text = "+".join(names[c] for c in side)
+        digits = "+".join(str(c) for c in side)
+        return f"class {digits}" if text == digits else f"class {digits} ({text})"
 
     splits = {}
     for what, full, n in (("training", dataset.train, n_train), ("test", dataset.test, n_test)):
         split = _pick(full, classes, n, rng)
-        for c in classes:
-            other = classes[1] if c == classes[0] else classes[0]
-            if not np.any(full.labels == c):
+        for side, other in ((classes[0], classes[1]), (classes[1], classes[0])):
+            if not np.any(np.isin(full.labels, side)):
                 raise InputError(
                     f"{dataset.name}: the {what} split ({full.n} images, {dataset.source}) "
-                    f"has no images of {label(c)} and {int(np.sum(full.labels == other))} of "
-                    f"{label(other)}; need both classes"
+                    f"has no images of {label(side)} and "
+                    f"{int(np.sum(np.isin(full.labels, other)))} of {label(other)}; "
+                    "need both classes"
                 )
-            if not np.any(split.labels == c):
+            if not np.any(np.isin(split.labels, side)):
                 raise InputError(
                     f"{dataset.name}: the {n} {what} images drawn at random include none of "
-                    f"{label(c)}; draw more (n_{'train' if what == 'training' else 'test'})"
+                    f"{label(side)}; draw more (n_{'train' if what == 'training' else 'test'})"
                 )
         splits[what] = split
     train, test = splits["training"], splits["test"]
@@ -586,7 +622,7 @@ def binary_task(
         return np.ascontiguousarray(((raw - mean) / std).transpose(0, 3, 1, 2), dtype=np.float32)
 
     def signs(labels: np.ndarray) -> np.ndarray:
-        return np.where(labels == classes[1], 1.0, -1.0).astype(np.float32)
+        return np.where(np.isin(labels, classes[1]), 1.0, -1.0).astype(np.float32)
 
     return BinaryTask(
         x_train=net_input(raw_train),
@@ -595,7 +631,7 @@ def binary_task(
         y_test=signs(test.labels),
         raw_test=raw_test,
         classes=classes,
-        class_names=(names[classes[0]], names[classes[1]]),
+        class_names=tuple("+".join(names[c] for c in side) for side in classes),
         mean=np.asarray(mean, np.float32),
         std=np.asarray(std, np.float32),
     )

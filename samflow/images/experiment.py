@@ -155,7 +155,7 @@ def study(
     attrs = {
         "title": "GD vs SAM on images: background share of attribution",
         "dataset": dataset,
-        "classes": pair,
+        "classes": image_data.classes_text(pair),
         "class_names": task.class_names,
         "split_note": data.split_note or "train and test splits as published",
         "source": data.source,
