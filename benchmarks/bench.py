@@ -501,7 +501,10 @@ def main(argv=None) -> int:
         "Case 5: one l2-SAM step of the default CNN on 28x28 inputs, minibatch 128 "
         f"({args.cnn_steps} steps per run, a record at both ends for samflow); rate = "
         "steps/s. XLA's CPU convolution is slow inside a loop body (jax-ml/jax#12868): "
-        "the plain lax.scan loop pays it, samflow's host loop does not.",
+        "the plain lax.scan loop pays it, samflow's host loop does not. samflow's CNN runs "
+        "the batch channels last, its one-input-channel first layer as nine shifted "
+        "products (conv=auto on a CPU; the conv=lax row keeps lax.conv there) and "
+        "compiles without XLA's YNNPACK fusions (docs/images.md).",
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)

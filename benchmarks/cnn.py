@@ -52,9 +52,7 @@ def _data(n_train: int, n_test: int):
     )
 
 
-def samflow_run(
-    loop: str, steps: int, n_train: int = 1024, n_test: int = 128, conv: str = "auto"
-):
+def samflow_run(loop: str, steps: int, n_train: int = 1024, n_test: int = 128, conv: str = "auto"):
     """``() -> None``: ``steps`` l2-SAM steps through samflow's training run."""
     import jax
 
