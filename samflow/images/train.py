@@ -67,8 +67,10 @@ def compiler_options() -> dict[str, str] | None:
     On a CPU, XLA (jaxlib 0.10) hands single convolutions and reductions to YNNPACK by
     default. For the small convolutions and the pooling of the default CNN that is
     slower than XLA's own kernels: an l2-SAM step at batch 128 takes about 14 ms with
-    the option empty and 21 ms with the default (docs/images.md). The option is
-    experimental; where this jaxlib does not know it, the defaults are kept.
+    the option empty and 21 ms with the default (docs/images.md). It also avoids a
+    miscompile of the YNNPACK path (chained convolutions with constant kernels; see
+    ``tests/test_images_cnn.py``). The option is experimental; where this jaxlib does
+    not know it, the defaults are kept.
     """
     if jax.default_backend() != "cpu":
         return None
