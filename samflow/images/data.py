@@ -584,9 +584,12 @@ def binary_task(
     names = CLASS_NAMES[dataset.name]
     rng = np.random.default_rng(seed)
 
+    def side_name(side: tuple[int, ...]) -> str:
+        return "+".join(names[c] for c in side)
+
     def label(side: tuple[int, ...]) -> str:
-        text = "+".join(names[c] for c in side)
         digits = "+".join(str(c) for c in side)
+        text = side_name(side)
         return f"class {digits}" if text == digits else f"class {digits} ({text})"
 
     splits = {}
@@ -631,7 +634,7 @@ def binary_task(
         y_test=signs(test.labels),
         raw_test=raw_test,
         classes=classes,
-        class_names=tuple("+".join(names[c] for c in side) for side in classes),
+        class_names=(side_name(classes[0]), side_name(classes[1])),
         mean=np.asarray(mean, np.float32),
         std=np.asarray(std, np.float32),
     )
