@@ -21,12 +21,12 @@ from samflow.engine import Points, Setup, run_points
 from samflow.errors import InputError
 from samflow.flows import FlowConfig, formulation_for
 from samflow.init import balanced, check_alpha, check_depth, from_array, is_balanced
-from samflow.io import base_attrs, describe, regime_attrs
 from samflow.model import make_problem
 from samflow.precision import check_dtype
-from samflow.regimes import LIMIT_MEANINGS, NAMES
+from samflow.regimes import NAMES
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete, Flow, check_counters
+from samflow.schema import TRAJECTORY
 from samflow.sweeps.axes import Axis, make_axis, parse_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import DEFAULT_CHUNK
@@ -148,69 +148,51 @@ def trajectory(
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
         history = _call("trajectory", method=rule.name, depth=depth, mu=mu, rho=rho, runner=runner)
-    formulation = flow and flow.formulation
-    one_point = n == 1
     discrete = runner.mode == "discrete"
-    coords = {
+    data = {
         "time": np.arange(len(times)),
         "coord": np.arange(1, d + 1),
         "layer": np.arange(1, depth + 1),
+        "tau": r["rescaled_tau"] if discrete else times,
+        "beta": r["beta"],
+        "loss": r["loss"],
+        "dominant": r["dominant"],
+        "theta_final": r["theta_final"][:depth],
+        "regime": r["regime"],
+        "limit_coord": r["limit_coord"],
     }
-    tau_attrs = {
-        "long_name": "rescaled time" if one_point else "time eta * steps",
-        "symbol": r"$\tau$" if one_point else r"$t$",
-    }
-    coords["tau"] = ("time", r["rescaled_tau"] if discrete else times, tau_attrs)
     if discrete:
-        coords["step"] = ("time", times, {"long_name": "step index of each record"})
-    data = {
-        "beta": (("time", "coord"), r["beta"], {"long_name": "predictor beta"}),
-        "loss": ("time", r["loss"], {"long_name": "logistic loss"}),
-        "dominant": ("time", r["dominant"], {"long_name": "dominant coordinate (0: none)"}),
-        "theta_final": (
-            ("layer", "coord"),
-            r["theta_final"][:depth],
-            {"long_name": "theta at the horizon"},
-        ),
-    }
+        data["step"] = times
     if save_theta:
-        data["theta"] = (("time", "layer", "coord"), r["theta"][:, :depth], {"long_name": "theta"})
-    ds = xr.Dataset(data, coords=coords)
-    regime = int(r["regime"])
-    ds["regime"] = xr.DataArray(np.int8(regime), attrs=regime_attrs())
-    ds["limit_coord"] = xr.DataArray(
-        np.int32(r["limit_coord"]),
-        attrs={"long_name": "coordinate dominating at the horizon", "comment": LIMIT_MEANINGS},
-    )
+        data["theta"] = r["theta"][:, :depth]
     if discrete:
-        extra = {"failed_step": int(r["failed_step"])}
+        outcome = {"failed_step": int(r["failed_step"])}
     else:
         blowup = bool(np.isfinite(r["blowup_tau"]))
-        extra = {
+        outcome = {
             "stop_tau": float(r["stop_tau"]),
             "blowup": blowup,
             "overflow_guard_hit": bool(r["overflow_guard_hit"]),
             "collapsed_to_zero": bool(r["collapsed_to_zero"]),
             "solver_failed": bool(r["solver_failed"]),
             "blowup_tau": float(r["blowup_tau"]) if blowup else None,
-            "flow_formulation": formulation,
+            "flow_formulation": flow.formulation,
         }
-    ds.attrs = base_attrs(
-        method=rule.name,
-        depth=depth,
-        rho=rho,
-        mode=runner.mode,
-        dtype=dtype,
-        n_points=n,
-        mu=np.asarray(problem.X[0], dtype=np.float64) if one_point else None,
-        history=history,
-        regime_meaning=NAMES[regime],
-        first_amplified=int(r["first_amplified"]),
-        collapse_factor=collapse_factor,
+    settings = {
+        "method": rule.name,
+        "depth": depth,
+        "rho": rho,
+        "mode": runner.mode,
+        "dtype": dtype,
+        "n_points": n,
+        "mu": np.asarray(problem.X[0], dtype=np.float64) if n == 1 else None,
+        "regime_meaning": NAMES[int(r["regime"])],
+        "first_amplified": int(r["first_amplified"]),
+        "collapse_factor": collapse_factor,
         **runner.attrs(),
-        **extra,
-    )
-    return describe(ds)
+        **outcome,
+    }
+    return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
 
 
 def sweep(

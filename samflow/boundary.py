@@ -36,12 +36,12 @@ from samflow import devices
 from samflow.api import _call, _check_runner
 from samflow.engine import Points, place, traced_program
 from samflow.errors import InputError
-from samflow.io import base_attrs, describe
 from samflow.model import make_problem
 from samflow.precision import precision
 from samflow.regimes import COLLAPSE, DIRECT, FAILED
 from samflow.rules import get_rule
 from samflow.runners import Discrete, Flow
+from samflow.schema import BOUNDARY
 from samflow.sweeps.axes import make_axis, parse_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import chunk_plan
@@ -159,21 +159,9 @@ def boundary(
         out = fn(args, jnp.asarray(rows), jnp.asarray(kind), lo, hi, times)
         lo, hi, ok, failed = (np.asarray(v) for v in devices.gather(out))
     edge = np.where(ok & ~failed, np.exp(0.5 * (lo + hi)), np.nan)
-    coords = {a.name: a.array() for a in spec.axes}
-    names = list(spec.axis_names)
-    data_vars = {}
+    data = {a.name: a.array() for a in spec.axes}
     for k, name in enumerate(EDGES):
-        what = "collapse/sequential" if k == 0 else "sequential/direct"
-        data_vars[name] = (
-            names,
-            edge[k * P : (k + 1) * P].reshape(spec.shape),
-            {
-                "long_name": f"critical alpha of the {what} edge",
-                "units": "1",
-                "comment": "NaN: no such edge inside alpha_range, or a run failed",
-            },
-        )
-    ds = describe(xr.Dataset(data_vars, coords=coords))
+        data[name] = edge[k * P : (k + 1) * P].reshape(spec.shape)
     if history is None:
         history = _call(
             "boundary",
@@ -184,7 +172,8 @@ def boundary(
             rho=rho,
             runner=runner,
         )
-    ds.attrs = base_attrs(
+    names = list(spec.axis_names)
+    settings = dict(
         method=rule.name,
         mode=runner.mode,
         depth=depth if "depth" not in spec.axis_names else None,
@@ -204,10 +193,9 @@ def boundary(
         rtol_alpha=rtol_alpha,
         bisection_steps=n_iter,
         collapse_factor=collapse_factor,
-        history=history,
         **runner.attrs(),
     )
-    return ds
+    return BOUNDARY.dataset(data, grid=names, dtype=dtype, attrs=settings, history=history)
 
 
 def figure(ds: xr.Dataset):

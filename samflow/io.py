@@ -1,4 +1,5 @@
-"""Labelled results on disk: xarray Datasets written atomically as netCDF."""
+"""Results on disk: xarray Datasets written atomically as netCDF (what they hold:
+:mod:`samflow.schema`), figures, and checks of output paths."""
 
 from __future__ import annotations
 
@@ -7,86 +8,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import xarray as xr
 
-from samflow import __version__
 from samflow.errors import InputError
-from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES, UNRESOLVED_HOW
-
-
-def regime_attrs() -> dict:
-    """CF flag attributes of a regime variable (docs/theory.md §6 codes)."""
-    return {
-        "long_name": "regime of the trajectory",
-        "flag_values": np.array(FLAG_VALUES, dtype=np.int8),
-        "flag_meanings": FLAG_MEANINGS,
-        "unresolved_means": UNRESOLVED_HOW,
-    }
-
-
-def library_versions() -> dict[str, str]:
-    """Versions of samflow and of the libraries its numbers come from."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"samflow_version": __version__}
-    for name in ("jax", "jaxlib", "diffrax", "equinox", "optax", "numpy", "xarray"):
-        try:
-            out[f"{name}_version"] = version(name)
-        except PackageNotFoundError:
-            out[f"{name}_version"] = "not installed"
-    return out
-
-
-def base_attrs(history: str | None = None, **attrs) -> dict:
-    """The attributes every file carries: CF ``Conventions``, ``history`` (when and by
-    which command line or Python call the file was made), library versions, and
-    ``attrs`` (None values dropped, booleans as 0/1)."""
-    from datetime import UTC, datetime
-
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    out = {"Conventions": "CF-1.10", "history": f"{stamp}: {history or 'samflow'}"}
-    out.update(library_versions())
-    for key, value in attrs.items():
-        if value is None:
-            continue
-        out[key] = int(value) if isinstance(value, bool) else value
-    return out
-
-
-COORDINATE_ATTRS = {
-    "alpha": {"long_name": "initialisation scale alpha (w^(l) = alpha)", "units": "1"},
-    "rho": {"long_name": "SAM radius rho", "units": "1"},
-    "depth": {"long_name": "number of layers L", "units": "1"},
-    "eta": {"long_name": "step size eta", "units": "1"},
-    "mu": {"long_name": "row of the set of mu vectors", "units": "1"},
-    "seed": {"long_name": "seed of the random initialisation", "units": "1"},
-    "time": {"long_name": "record index", "units": "1"},
-    "coord": {"long_name": "coordinate index j (1-based)", "units": "1"},
-    "layer": {"long_name": "layer index l (1-based)", "units": "1"},
-    "point": {"long_name": "grid point (flat C-order index)", "units": "1"},
-}
-
-
-def describe(ds: xr.Dataset) -> xr.Dataset:
-    """Give every coordinate and variable a ``long_name`` and ``units`` (CF).
-
-    Coordinates take :data:`COORDINATE_ATTRS` (``alpha_j``: the scale of coordinate j);
-    a variable without units is dimensionless (``units = "1"``); one without a
-    ``long_name`` is named after itself.
-    """
-    for name in ds.variables:
-        attrs = ds[name].attrs
-        if name in COORDINATE_ATTRS:
-            for key, value in COORDINATE_ATTRS[name].items():
-                attrs.setdefault(key, value)
-        elif str(name).startswith("alpha_"):
-            j = str(name).split("_", 1)[1]
-            attrs.setdefault("long_name", f"initialisation scale of coordinate {j}")
-        attrs.setdefault("long_name", str(name).replace("_", " "))
-        attrs.setdefault("units", "1")
-    return ds
-
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 NETCDF_SUFFIXES = (".nc", ".nc4", ".cdf")
@@ -160,18 +84,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` as netCDF-4, zlib-compressed, atomically (:func:`atomic_write`).
+    """Write ``ds`` to ``path`` as netCDF-4, zlib-compressed, atomically (:func:`atomic_write`),
+    with the fill values its schema gave it (:func:`samflow.schema.encoding`)."""
+    from samflow.schema import encoding  # here: the schema imports JAX, io is imported early
 
-    Every coordinate and variable is given a ``long_name`` and ``units`` first
-    (:func:`describe`, in place) if it has none.
-    """
-    describe(ds)
-    encoding = {
-        name: {"zlib": True, "complevel": 4}
-        for name, var in ds.variables.items()
-        if var.dtype.kind in "biuf" and var.ndim > 0
-    }
-    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4", encoding=encoding))
+    enc = encoding(ds)
+    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4", encoding=enc))
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:

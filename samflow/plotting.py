@@ -180,12 +180,15 @@ def save_figure_set(fig, out_dir, name: str, datasets: dict[str, xr.Dataset] | N
     from pathlib import Path
 
     from samflow.io import save_figure, write_dataset
+    from samflow.schema import describe
 
     out_dir = Path(out_dir)
     paths = [save_figure(fig, out_dir / f"{name}.{ext}") for ext in ("png", "pdf")]
     for key, ds in (datasets or {}).items():
         paths.append(
-            write_dataset(ds, out_dir / (f"{name}.nc" if key == "" else f"{name}_{key}.nc"))
+            write_dataset(
+                describe(ds), out_dir / (f"{name}.nc" if key == "" else f"{name}_{key}.nc")
+            )
         )
     plt.close(fig)
     return paths

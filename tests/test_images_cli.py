@@ -182,7 +182,7 @@ def test_tiny_run_writes_file_and_figure(mnist_dir, tmp_path, capsys):
         assert list(ds["optimizer"].values) == ["gd", "sam-l2"]
         assert "only the test split" in ds.attrs["split_note"]
         assert ds.attrs["method"] == "gd,sam-l2" and ds.attrs["classes"] == "3,8"
-        assert ds.attrs["command_line"].startswith("samflow cnn --data-dir")
+        assert ds.attrs["history"].split(": ", 1)[1].startswith("samflow cnn --data-dir")
         assert ds.attrs["base_optimizer"] == "sgd"
         for name in ("samflow_version", "rho", "alpha", "dataset"):
             assert name in ds.attrs
@@ -295,5 +295,5 @@ def test_the_python_study_is_the_cli_file(mnist_dir, tmp_path):
     with xr.open_dataset(out) as ds:
         written = ds.load()
     for ds in (written, mine):
-        ds.attrs.pop("command_line")
+        ds.attrs.pop("history")
     xr.testing.assert_identical(written.drop_vars("seconds"), mine.drop_vars("seconds"))

@@ -133,7 +133,7 @@ def sweep(
         out = run_points(setup, points, spec.times())
         if not keep_beta:
             out.pop("beta")
-        chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat))
+        chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat, spec.dtype))
     spec = replace(spec, save_trajectories=keep_beta)
     return assemble(spec, chunks, sweep_attrs(spec, None))
 

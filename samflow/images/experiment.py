@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import xarray as xr
 
-from samflow import __version__
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD, background_mask
@@ -24,7 +23,6 @@ from samflow.images.train import (
     train_seeds,
     uniform_share,
 )
-from samflow.io import describe
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
 # the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
@@ -170,8 +168,6 @@ def study(
         "normalise": normalise,
         "background_threshold": background_threshold,
         "attribution_class": "the true label of each test image",
-        "samflow_version": __version__,
-        "command_line": history or _call(methods, dataset, alphas),
     }
     if model == "cnn":
         attrs["channels"] = channels
@@ -179,20 +175,14 @@ def study(
     if len(alphas) == 1:
         attrs["alpha"] = alphas[0]
     background = np.asarray(background_mask(task.raw_test, background_threshold))
-    ds = build_dataset(
+    return build_dataset(
         runs if len(alphas) > 1 else runs[alphas[0]],
         {"image": task.raw_test[shown], "label": task.y_test[shown]},
         attrs,
         match_loss=match_loss,
         uniform_share=uniform_share(background),
-    )
-    return describe(ds)  # units and long names, as the file will carry them
-
-
-def _call(methods: Sequence[str], dataset: str, alphas: list[float]) -> str:
-    return (
-        f"samflow.images.study({list(methods)!r}, dataset={dataset!r}, alpha={alphas!r}, ...) "
-        f"(samflow {__version__})"
+        history=history
+        or f"samflow.images.study({list(methods)!r}, dataset={dataset!r}, alpha={alphas!r}, ...)",
     )
 
 

@@ -27,7 +27,8 @@ do something else):
 
 With several ``--alpha`` values every variable gains a leading ``alpha`` dim.
 Attributes record the run: method, rho, alpha (one value), eta, dataset, classes,
-split note, samflow version and the command line.
+split note, and as in every samflow file ``Conventions``, ``history`` (the command line)
+and the library versions. Every name, dims, dtype and unit: :data:`samflow.schema.IMAGES`.
 """
 
 from __future__ import annotations
@@ -38,54 +39,12 @@ import numpy as np
 import xarray as xr
 from scipy import stats
 
-from samflow.images.train import RunResult
+from samflow.images.train import Metrics, RunResult
+from samflow.schema import CONTRASTS, IMAGES
 
-_HISTORY = {
-    "loss": ("loss", "logistic loss on the training set", "1"),
-    "train_accuracy": ("train_accuracy", "fraction of training images classified right", "1"),
-    "test_accuracy_history": ("test_accuracy", "fraction of test images classified right", "1"),
-    "background_share_history": (
-        "background_share",
-        "mean share of positive Grad-CAM mass on background test pixels",
-        "1",
-    ),
-    "saliency_background_share_history": (
-        "saliency_background_share",
-        "mean share of input-gradient saliency mass on background test pixels",
-        "1",
-    ),
-    "top_mass_history": (
-        "top_mass",
-        "mean share of Grad-CAM mass on the top 10% of pixels of each map",
-        "1",
-    ),
-    "zero_maps_history": ("zero_maps", "test images whose Grad-CAM map is zero everywhere", "1"),
-    "occlusion_background_history": (
-        "occlusion_background",
-        "mean drop of y * logit when the background pixels are set to the training mean",
-        "1",
-    ),
-    "occlusion_stroke_history": (
-        "occlusion_stroke",
-        "mean drop of y * logit when the stroke pixels are set to the training mean",
-        "1",
-    ),
-}
-FINAL = (
-    "background_share",
-    "saliency_background_share",
-    "test_accuracy",
-    "top_mass",
-    "zero_maps",
-    "occlusion_background",
-    "occlusion_stroke",
-)
-CONTRASTS = (
-    "background_share",
-    "background_share_at_loss",
-    "saliency_background_share",
-    "top_mass",
-)
+AT_END = ("loss", "train_accuracy")
+"""Metrics kept over training only; the others are kept at the end of training too,
+their histories as ``<name>_history``."""
 DEFAULT_MATCH_LOSS = 0.1
 """Matched-loss threshold: the logistic training loss at which shares are compared
 (log 2 = 0.693 at the start; 0.1 is about 96% of the way to zero on a log-loss scale
@@ -127,52 +86,23 @@ def paired_difference(sam: np.ndarray, gd: np.ndarray) -> dict[str, float]:
 
 
 def _one_method(run: RunResult, match_loss: float) -> xr.Dataset:
-    coords = {"seed": run.seeds, "record": np.arange(run.record_steps.size)}
-    data = {}
-    for var, (field, meaning, units) in _HISTORY.items():
-        data[var] = (
-            ("seed", "record"),
-            getattr(run.history, field).astype(np.float32),
-            {"long_name": meaning, "units": units},
-        )
-    for var in FINAL:
-        meaning = next(m for f, m, _ in _HISTORY.values() if f == var)
-        data[var] = (
-            ("seed",),
-            getattr(run.history, var)[:, -1].astype(np.float32),
-            {"long_name": meaning + ", at the end of training", "units": "1"},
-        )
-    share, step = at_matched_loss(
+    data = {"seed": run.seeds, "record": np.arange(run.record_steps.size)}
+    data["step"] = run.record_steps
+    for field in Metrics._fields:
+        values = getattr(run.history, field)
+        if field in AT_END:
+            data[field] = values
+        else:
+            data[f"{field}_history"] = values
+            data[field] = values[:, -1]
+    data["background_share_at_loss"], data["step_at_loss"] = at_matched_loss(
         run.history.loss, run.history.background_share, run.record_steps, match_loss
     )
-    data["background_share_at_loss"] = (
-        ("seed",),
-        share.astype(np.float32),
-        {
-            "long_name": "mean Grad-CAM background share at the first record with training "
-            f"loss <= {match_loss:g}",
-            "units": "1",
-        },
-    )
-    data["step_at_loss"] = (
-        ("seed",),
-        step,
-        {"long_name": f"step of the first record with training loss <= {match_loss:g}"},
-    )
-    data["example_gradcam"] = (
-        ("example", "row", "col"),
-        run.example_cam.astype(np.float32),
-        {"long_name": "Grad-CAM map of the first seed at the end of training"},
-    )
-    data["example_saliency"] = (
-        ("example", "row", "col"),
-        run.example_saliency.astype(np.float32),
-        {"long_name": "input-gradient saliency of the first seed at the end of training"},
-    )
-    ds = xr.Dataset(data, coords=coords)
-    ds["step"] = ("record", run.record_steps, {"long_name": "training step of the record"})
-    ds["seconds"] = ((), run.seconds, {"long_name": "wall-clock time, compilation included"})
-    return ds.set_coords("step")
+    data["example_gradcam"] = run.example_cam
+    data["example_saliency"] = run.example_saliency
+    data["seconds"] = run.seconds
+    # one alpha, one method: build_dataset stacks them (and labels the whole)
+    return IMAGES.dataset(data, attrs={"match_loss": match_loss})
 
 
 def _contrasts(ds: xr.Dataset, methods: Sequence[str]) -> xr.Dataset:
@@ -186,18 +116,8 @@ def _contrasts(ds: xr.Dataset, methods: Sequence[str]) -> xr.Dataset:
             paired_difference(ds[var].sel(optimizer=m).values, ds[var].sel(optimizer="gd").values)
             for m in others
         ]
-        for key, meaning in (
-            ("mean", "mean over seeds of the paired difference"),
-            ("ci_low", "lower end of the 95% t interval of the mean paired difference"),
-            ("ci_high", "upper end of the 95% t interval of the mean paired difference"),
-            ("p_value", "two-sided paired t test p value"),
-            ("n", "number of seed pairs"),
-        ):
-            ds[f"{var}_diff_{key}"] = (
-                ("contrast",),
-                np.array([r[key] for r in rows]),
-                {"long_name": f"{var}: {meaning} (method - gd, same seed)"},
-            )
+        for key in rows[0]:
+            ds[f"{var}_diff_{key}"] = ("contrast", np.array([r[key] for r in rows]))
     return ds.assign_coords(contrast=names)
 
 
@@ -208,12 +128,14 @@ def build_dataset(
     *,
     match_loss: float = DEFAULT_MATCH_LOSS,
     uniform_share: float = np.nan,
+    history: str | None = None,
 ) -> xr.Dataset:
     """The result Dataset of one or more methods (same seeds, data and schedule).
 
     ``runs``: the methods' results, or a mapping alpha -> those results (a leading
     ``alpha`` dim). ``examples``: ``image`` ``[n_ex, H, W, C]`` in [0, 1] and
-    ``label`` ``[n_ex]``.
+    ``label`` ``[n_ex]``; ``attrs``: the settings; ``history``: the command line or
+    call that made it. Labelled by :data:`samflow.schema.IMAGES`.
     """
     by_alpha = runs if isinstance(runs, Mapping) else {None: runs}
     parts = []
@@ -221,28 +143,16 @@ def build_dataset(
         ds = _one_alpha(group, match_loss)
         parts.append(ds if alpha is None else ds.expand_dims(alpha=[float(alpha)]))
     ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim="alpha", data_vars="all")
-    if "alpha" in ds.dims:
-        ds["alpha"].attrs = {"long_name": "initialisation scale", "units": "1"}
     methods = [run.method for run in next(iter(by_alpha.values()))]
-    ds["uniform_background_share"] = (
-        (),
-        float(uniform_share),
-        {"long_name": "background share of a uniform map (mean background area)", "units": "1"},
-    )
-    ds["example_image"] = (
-        ("example", "row", "col", "channel"),
-        np.asarray(examples["image"], np.float32),
-        {"long_name": "test image pixels before normalisation", "units": "1 (0 = black)"},
-    )
-    ds["example_label"] = (
-        ("example",),
-        np.asarray(examples["label"], np.float32),
-        {"long_name": "label in {-1, +1} (-1: first class, +1: second class)"},
-    )
-    ds.attrs.update({k: _attr(v) for k, v in attrs.items()})
-    ds.attrs["method"] = ",".join(methods)
-    ds.attrs["match_loss"] = float(match_loss)
-    return ds
+    shared = {
+        "uniform_background_share": float(uniform_share),
+        "example_image": examples["image"],
+        "example_label": examples["label"],
+    }
+    ds = ds.merge(IMAGES.dataset(shared))
+    settings = {k: _attr(v) for k, v in attrs.items()}
+    settings.update(method=",".join(methods), match_loss=float(match_loss))
+    return IMAGES.conform(ds, attrs=settings, history=history)
 
 
 def _one_alpha(runs: Sequence[RunResult], match_loss: float) -> xr.Dataset:

@@ -1,4 +1,4 @@
-"""Running a sweep: in memory, or into a resumable store on disk; and its file schema.
+"""Running a sweep: in memory, or into a resumable store on disk.
 
 The grid is cut into chunks of consecutive points; each runs through the point runner
 (:func:`samflow.engine.run_points`). With an output path, each finished chunk is
@@ -7,7 +7,8 @@ a rerun of the same sweep reads the chunks whose key and point range match and
 recomputes every other one (a chunk of another sweep, of another chunk size or an
 unreadable one is never used); then the final file is assembled and the work folder is
 removed. An interrupted and resumed sweep gives the same file as an uninterrupted one.
-Without an output path nothing is written.
+Without an output path nothing is written. What the files hold:
+:data:`samflow.schema.SWEEP`.
 """
 
 from __future__ import annotations
@@ -24,63 +25,12 @@ import xarray as xr
 from samflow import devices
 from samflow.engine import Setup, run_points
 from samflow.errors import InputError
-from samflow.io import (
-    base_attrs,
-    check_output,
-    describe,
-    regime_attrs,
-    write_dataset,
-    write_text_atomic,
-)
-from samflow.regimes import LIMIT_MEANINGS
+from samflow.io import check_output, write_dataset, write_text_atomic
+from samflow.schema import SWEEP
 from samflow.sweeps.spec import SweepSpec
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
 DEFAULT_CHUNK = 16384
-
-DIMS = {
-    "regime": (),
-    "limit_coord": (),
-    "first_amplified": (),
-    "n_handoffs": (),
-    "plateau_end_tau": (),
-    "failed_step": (),
-    "blowup_tau": (),
-    "stop_tau": (),
-    "collapsed_to_zero": (),
-    "overflow_guard_hit": (),
-    "solver_failed": (),
-    "dominant": ("time",),
-    "beta_norm": ("time",),
-    "loss": ("time",),
-    "rescaled_tau": ("time",),
-    "final_direction": ("coord",),
-    "takeover_tau": ("coord",),
-    "beta": ("time", "coord"),
-    "theta": ("time", "layer", "coord"),
-    "theta_final": ("layer", "coord"),
-}
-ATTRS = {
-    "limit_coord": {"long_name": "coordinate dominating at the horizon", "comment": LIMIT_MEANINGS},
-    "first_amplified": {"long_name": "dominant coordinate at the first record after tau = 0"},
-    "n_handoffs": {"long_name": "number of changes of the dominant coordinate"},
-    "plateau_end_tau": {"long_name": "first tau with loss <= plateau_fraction * loss(0)"},
-    "failed_step": {"long_name": "step of the first non-finite record (-1: none)"},
-    "blowup_tau": {"long_name": "finite-time blow-up tau (NaN: none)"},
-    "stop_tau": {"long_name": "tau where the solve ended (horizon or event)"},
-    "collapsed_to_zero": {"long_name": "the solve reached beta = 0 (lower norm event)"},
-    "overflow_guard_hit": {"long_name": "the solve stopped at the overflow guard (L <= 2)"},
-    "solver_failed": {"long_name": "the solver failed (max_steps or a non-finite state)"},
-    "dominant": {"long_name": "dominant coordinate D = argmax_j |beta_j| (0: none)"},
-    "beta_norm": {"long_name": "||beta||_1"},
-    "loss": {"long_name": "logistic loss"},
-    "rescaled_tau": {"long_name": "rescaled time of each record", "symbol": r"$\tau$"},
-    "final_direction": {"long_name": "beta / ||beta||_1 at the horizon"},
-    "takeover_tau": {"long_name": "first recorded tau at which coordinate j dominates"},
-    "beta": {"long_name": "predictor beta"},
-    "theta": {"long_name": "parameters theta"},
-    "theta_final": {"long_name": "parameters at the horizon"},
-}
 
 
 def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndarray]]:
@@ -120,59 +70,44 @@ def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) ->
     return {k: v[:n] for k, v in out.items()}
 
 
-def chunk_dataset(chunk: dict[str, np.ndarray], flat: np.ndarray) -> xr.Dataset:
-    return xr.Dataset(
-        {k: (("point", *DIMS[k]), v) for k, v in chunk.items()}, coords={"point": flat}
-    )
+def chunk_dataset(chunk: dict[str, np.ndarray], flat: np.ndarray, dtype: str) -> xr.Dataset:
+    """The results of the grid points ``flat`` (dim ``point``), as a store chunk holds them."""
+    return SWEEP.dataset({**chunk, "point": flat}, grid=("point",), dtype=dtype)
 
 
 def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Dataset:
-    """Fill the gridded result from chunk Datasets (preallocated, no concatenation copy)."""
-    axis_names = list(spec.axis_names)
+    """Fill the gridded result from chunk Datasets (preallocated, no concatenation copy).
+
+    ``attrs``: the settings and ``history`` (:func:`sweep_attrs`), made the file's
+    global attributes.
+    """
     times = spec.times()
-    coords = {a.name: a.array() for a in spec.axes}
-    coords["time"] = np.arange(len(times))
-    coords["coord"] = np.arange(1, spec.d + 1)
-    coords["layer"] = np.arange(1, spec.n_layers + 1)
-    data = {}
+    data = {a.name: a.array() for a in spec.axes}
+    data["time"] = np.arange(len(times))
+    data["coord"] = np.arange(1, spec.d + 1)
     for name, var in chunks[0].data_vars.items():
-        extra = DIMS[name]
-        shape = (spec.size, *(len(coords[e]) for e in extra))
-        flat = np.empty(shape, var.dtype)
+        flat = np.empty((spec.size, *var.shape[1:]), var.dtype)
         for ch in chunks:
             flat[ch["point"].values] = ch[name].values
-        data[name] = (
-            (*axis_names, *extra),
-            flat.reshape(*spec.shape, *shape[1:]),
-            ATTRS.get(name, {}),
-        )
-    if not any("layer" in DIMS[name] for name in data):
-        del coords["layer"]
-    ds = xr.Dataset(data, coords=coords)
-    ds["regime"] = ds["regime"].astype(np.int8)
-    ds["regime"].attrs.update(regime_attrs())
-    if spec.mode == "discrete":
-        ds = ds.assign_coords(step=("time", times, {"long_name": "step index of each record"}))
-    else:
-        tau = {"long_name": "rescaled time", "symbol": r"$\tau$", "units": "1"}
-        ds = ds.assign_coords(tau=("time", times, tau))
+        data[name] = flat.reshape(*spec.shape, *var.shape[1:])
+    if any("layer" in var.dims for var in chunks[0].data_vars.values()):
+        data["layer"] = np.arange(1, spec.n_layers + 1)
+    data["step" if spec.mode == "discrete" else "tau"] = times
     if spec.mu_set:
-        ds["mu_values"] = (("mu", "coord"), np.asarray(spec.mu_set), {"long_name": "mu vector"})
+        data["mu_values"] = np.asarray(spec.mu_set)
     if "seed" in spec.axis_names:
-        seeds = next(a for a in spec.axes if a.name == "seed").array()
-        ds["seed_alpha"] = (
-            ("seed", "coord"),
-            spec.seed_alpha(seeds),
-            {"long_name": "alpha_j drawn for each seed (log-uniform in alpha_range)"},
-        )
-    ds.attrs = attrs
-    return describe(ds)
+        data["seed_alpha"] = spec.seed_alpha(next(a for a in spec.axes if a.name == "seed").array())
+    settings = {k: v for k, v in attrs.items() if k != "history"}
+    return SWEEP.dataset(
+        data, grid=spec.axis_names, dtype=spec.dtype, attrs=settings, history=attrs.get("history")
+    )
 
 
 def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
-    """The file attributes of a sweep: what it was run with (not what it varied)."""
+    """The settings of a sweep, as file attributes: what it was run with (not what it
+    varied), and ``history``."""
     varied = set(spec.axis_names)
-    return base_attrs(
+    return dict(
         method=spec.rule.name,
         mode=spec.mode,
         depth=spec.depth if "depth" not in varied else None,
@@ -293,7 +228,9 @@ def run(
         with _Progress(spec.size, progress) as bar:
             chunks = []
             for flat in blocks:
-                chunks.append(chunk_dataset(compute(setup, spec, flat, chunk_size), flat))
+                chunks.append(
+                    chunk_dataset(compute(setup, spec, flat, chunk_size), flat, spec.dtype)
+                )
                 bar.update(len(flat))
         return assemble(spec, chunks, attrs)
 
@@ -342,7 +279,7 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
             bar.write(f"resuming: {int((~todo).sum())} of {len(blocks)} chunks done")
         for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
             if todo[i]:
-                ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat)
+                ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat, spec.dtype)
                 ds.attrs["sweep_key"] = key
                 if devices.is_writer():
                     write_dataset(ds, path)
