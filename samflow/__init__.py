@@ -15,7 +15,8 @@ Where things live:
 - :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
 - :mod:`samflow.discrete`, :mod:`samflow.flows`: the discrete run and the diffrax flow.
 - :mod:`samflow.engine`: the point runner every path goes through.
-- :mod:`samflow.sweeps`: axes, the sweep spec, the resumable store and its schema.
+- :mod:`samflow.sweeps`: axes, the sweep spec, the resumable store.
+- :mod:`samflow.schema`: every variable and attribute of every file samflow writes.
 - :mod:`samflow.regimes`: regime classification (docs/theory.md §6).
 - :mod:`samflow.theory`: closed forms (docs/theory.md §4).
 - :mod:`samflow.plotting`, :mod:`samflow.figures`: figures; :mod:`samflow.images`: CNNs.

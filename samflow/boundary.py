@@ -193,6 +193,7 @@ def boundary(
         rtol_alpha=rtol_alpha,
         bisection_steps=n_iter,
         collapse_factor=collapse_factor,
+        flow_formulation=spec.formulation,
         **runner.attrs(),
     )
     return BOUNDARY.dataset(data, grid=names, dtype=dtype, attrs=settings, history=history)

@@ -214,7 +214,7 @@ def program(setup: Setup) -> Callable:
 
     ``points`` a :class:`Points` of JAX arrays (any ``C``), ``times`` ``[T]`` the record
     times (discrete: step indices; flow: tau), starting at 0. Returns a dict of
-    ``[C, ...]`` arrays (the names of :data:`samflow.sweeps.store.DIMS`).
+    ``[C, ...]`` arrays (the names of :data:`samflow.schema.POINT`).
     """
     return jax.jit(traced_program(setup))
 

@@ -60,6 +60,7 @@ class Variable:
         when: None if every file of its kind has it, else when it is there.
         attrs: further CF attributes (``flag_values``, ``flag_meanings``, ``comment``,
             ``symbol``).
+        coord: whether it is a coordinate (labels a dim) rather than a data variable.
     """
 
     dims: tuple[str, ...]
@@ -68,6 +69,7 @@ class Variable:
     units: str = "1"
     when: str | None = None
     attrs: Mapping[str, object] = field(default_factory=dict)
+    coord: bool = False
 
     @property
     def fill(self) -> float | None:
@@ -98,7 +100,6 @@ class Schema:
     Attributes:
         kind: the file's kind (``trajectory``, ``sweep``, ``boundary``, ``images``).
         variables: name -> :class:`Variable`; ``alpha_{j}`` declares ``alpha_1``, ...
-        coords: the names that are coordinates.
         attrs: global attribute name -> :class:`Attribute`.
         optional_dims: dims a variable lacks where the file lacks them (images: ``alpha``
             with one alpha, ``optimizer`` with one method).
@@ -106,7 +107,6 @@ class Schema:
 
     kind: str
     variables: Mapping[str, Variable]
-    coords: frozenset[str]
     attrs: Mapping[str, Attribute]
     optional_dims: frozenset[str] = frozenset()
 
@@ -117,7 +117,7 @@ class Schema:
 
     def is_coord(self, name: str) -> bool:
         """Whether ``name`` is a coordinate."""
-        return self._key(name)[0] in self.coords
+        return self.variable(name)[0].coord
 
     def _key(self, name: str) -> tuple[str, dict]:
         if name in self.variables:
@@ -178,6 +178,7 @@ class Schema:
         """``ds`` labelled by the schema: each variable in its declared dtype, with its
         CF attributes and fill value; with ``attrs``, the global attributes of
         :func:`file_attrs`. Refuses (ValueError) a variable or attribute not declared."""
+        ds = ds.copy()  # shallow: new attribute dicts, the same arrays
         if attrs is not None:
             ds.attrs = file_attrs(history, **attrs)
         for name in ds.attrs:
@@ -348,13 +349,31 @@ RUN_ATTRS = {
 
 # ---- The per-point results a trajectory and a sweep share -------------------------
 
+SWEEP_ONLY = ("beta_norm", "n_handoffs", "plateau_end_tau", "final_direction", "takeover_tau")
+"""Per-point summaries a sweep keeps and a trajectory does not (its records hold them)."""
+OUTCOMES = (
+    "first_amplified",
+    "failed_step",
+    "stop_tau",
+    "collapsed_to_zero",
+    "overflow_guard_hit",
+    "solver_failed",
+    "blowup_tau",
+)
+"""Scalar outcomes: variables of a sweep, attributes of a trajectory."""
+
 POINT = {
-    "time": Variable(("time",), "int64", "record index"),
-    "coord": Variable(("coord",), "int64", "coordinate index j (1-based)"),
-    "layer": Variable(("layer",), "int64", "layer index l (1-based)", when="theta kept"),
-    "step": Variable(("time",), "int64", "step index of each record", when=DISCRETE),
+    "time": Variable(("time",), "int64", "record index", coord=True),
+    "coord": Variable(("coord",), "int64", "coordinate index j (1-based)", coord=True),
+    "layer": Variable(("layer",), "int64", "layer index l (1-based)", when="theta", coord=True),
+    "step": Variable(("time",), "int64", "step index of each record", when=DISCRETE, coord=True),
     "tau": Variable(
-        ("time",), "float64", "{tau_name}", when=FLOW, attrs={"symbol": "{tau_symbol}"}
+        ("time",),
+        "float64",
+        "{tau_name}",
+        when=FLOW,
+        attrs={"symbol": "{tau_symbol}"},
+        coord=True,
     ),
     "regime": Variable(
         (GRID,),
@@ -370,7 +389,7 @@ POINT = {
         (GRID,), "int32", "coordinate dominating at the horizon", attrs={"comment": LIMIT_MEANINGS}
     ),
     "first_amplified": Variable(
-        (GRID,), "int32", "dominant coordinate at the first record after tau = 0"
+        (GRID,), "int32", "dominant coordinate at the first record that has one (0: none)"
     ),
     "n_handoffs": Variable((GRID,), "int32", "number of changes of the dominant coordinate"),
     "plateau_end_tau": Variable(
@@ -407,59 +426,46 @@ POINT = {
         (GRID, "coord"), FLOAT, "first recorded tau at which coordinate j dominates (NaN: never)"
     ),
     "beta": Variable((GRID, "time", "coord"), FLOAT, "predictor beta", when="save_trajectories"),
-    "theta": Variable(
-        (GRID, "time", "layer", "coord"), FLOAT, "parameters theta", when="theta kept"
-    ),
+    "theta": Variable((GRID, "time", "layer", "coord"), FLOAT, "parameters theta", when="theta"),
     "theta_final": Variable(
-        (GRID, "layer", "coord"), FLOAT, "parameters theta at the horizon", when="theta kept"
+        (GRID, "layer", "coord"), FLOAT, "parameters theta at the horizon", when="theta"
     ),
 }
+"""Per grid point (:data:`GRID`: none in a trajectory): every name the point runner
+(:func:`samflow.engine.run_points`) returns, and the coordinates of its records. A new
+entry is a variable of sweeps and trajectories alike (but :data:`SWEEP_ONLY`)."""
 
 # ---- The four kinds of file -------------------------------------------------------
 
-TRAJECTORY_OUTCOMES = (
-    "first_amplified",
-    "failed_step",
-    "stop_tau",
-    "collapsed_to_zero",
-    "overflow_guard_hit",
-    "solver_failed",
-    "blowup_tau",
-)
 TRAJECTORY = Schema(
     kind="trajectory",
     variables={
-        **{n: POINT[n] for n in ("time", "coord", "step", "regime", "limit_coord", "dominant")},
-        **{n: replace(POINT[n], when=None) for n in ("layer", "tau", "loss", "beta")},
-        "theta_final": replace(POINT["theta_final"], when=None),
+        **{n: v for n, v in POINT.items() if n not in SWEEP_ONLY + OUTCOMES + ("rescaled_tau",)},
+        # a trajectory always has these (its discrete tau is the run's rescaled_tau)
+        **{n: replace(POINT[n], when=None) for n in ("layer", "tau", "beta", "theta_final")},
         "theta": replace(POINT["theta"], when="save_theta"),
     },
-    coords=frozenset({"time", "coord", "layer", "tau", "step"}),
     attrs={
         **RUN_ATTRS,
         "regime_meaning": Attribute("the regime's name (flag_meanings of regime)"),
-        # The scalar outcomes a sweep keeps as variables are attributes of a trajectory.
-        **{
-            n: Attribute(POINT[n].long_name, when=None if n == "first_amplified" else POINT[n].when)
-            for n in TRAJECTORY_OUTCOMES
-        },
+        **{n: Attribute(POINT[n].long_name, when=POINT[n].when) for n in OUTCOMES},
+        "blowup_tau": Attribute(POINT["blowup_tau"].long_name, when="a flow that blew up"),
         "blowup": Attribute("the flow ended at a finite-time blow-up (0/1)", when=FLOW),
     },
 )
 
 AXIS = "an axis"
 AXES = {
-    "alpha": Variable(
-        ("alpha",), "float64", "initialisation scale alpha (w^(l) = alpha)", when=AXIS
-    ),
-    "alpha_{j}": Variable(
-        ("alpha_{j}",), "float64", "initialisation scale of coordinate {j}", when=AXIS
-    ),
-    "rho": Variable(("rho",), "float64", "SAM radius rho", when=AXIS),
-    "depth": Variable(("depth",), "int64", "number of layers L", when=AXIS),
-    "eta": Variable(("eta",), "float64", "step size eta", when=AXIS),
-    "mu": Variable(("mu",), "int64", "row of the set of mu vectors", when=AXIS),
-    "seed": Variable(("seed",), "int64", "seed of the random initialisation", when=AXIS),
+    name: Variable((name,), dtype, long_name, when=AXIS, coord=True)
+    for name, dtype, long_name in (
+        ("alpha", "float64", "initialisation scale alpha (w^(l) = alpha)"),
+        ("alpha_{j}", "float64", "initialisation scale of coordinate {j}"),
+        ("rho", "float64", "SAM radius rho"),
+        ("depth", "int64", "number of layers L"),
+        ("eta", "float64", "step size eta"),
+        ("mu", "int64", "row of the set of mu vectors"),
+        ("seed", "int64", "seed of the random initialisation"),
+    )
 }
 """Grid axes (:mod:`samflow.sweeps.axes`): the dimension coordinates of sweeps and
 boundaries, there when varied."""
@@ -469,7 +475,9 @@ SWEEP = Schema(
     variables={
         **POINT,
         **AXES,
-        "point": Variable(("point",), "int64", "grid point (flat C-order index)", when="chunks"),
+        "point": Variable(
+            ("point",), "int64", "grid point (flat C-order index)", when="chunks", coord=True
+        ),
         "mu_values": Variable(("mu", "coord"), "float64", "mu vector", when="a mu axis"),
         "seed_alpha": Variable(
             ("seed", "coord"),
@@ -478,7 +486,6 @@ SWEEP = Schema(
             when="a seed axis",
         ),
     },
-    coords=frozenset({"time", "coord", "layer", "step", "tau", "point", *AXES}),
     attrs={
         **RUN_ATTRS,
         "axes": Attribute("the grid's axes, in the order of its dims"),
@@ -504,7 +511,6 @@ BOUNDARY = Schema(
             for edge, what in (("collapse", "collapse/sequential"), ("direct", "sequential/direct"))
         },
     },
-    coords=frozenset(AXES) - {"alpha", "seed"},
     attrs={
         **{k: v for k, v in RUN_ATTRS.items() if k != "n_points"},
         "axes": Attribute("the grid's axes, in the order of its dims"),
@@ -586,14 +592,15 @@ def _images_variables() -> dict[str, Variable]:
                 f"{var}: {meaning} (method - gd, same seed)",
                 when="gd and another method",
             )
-    out["alpha"] = Variable(("alpha",), "float64", "initialisation scale", when="several alphas")
-    out["optimizer"] = Variable(("optimizer",), "str", "method", when="several methods")
-    out["contrast"] = Variable(
-        ("contrast",), "str", "paired difference: method - gd", when="gd and another method"
-    )
-    out["seed"] = Variable(("seed",), "int64", "seed of the initialisation and minibatch order")
-    out["record"] = Variable(("record",), "int64", "record index")
-    out["step"] = Variable(("record",), "int64", "training step of the record")
+    for name, dims, dtype, long_name, when in (
+        ("alpha", ("alpha",), "float64", "initialisation scale", "several alphas"),
+        ("optimizer", ("optimizer",), "str", "method", "several methods"),
+        ("contrast", ("contrast",), "str", "paired difference: method - gd", "gd and another"),
+        ("seed", ("seed",), "int64", "seed of the initialisation and minibatch order", None),
+        ("record", ("record",), "int64", "record index", None),
+        ("step", ("record",), "int64", "training step of the record", None),
+    ):
+        out[name] = Variable(dims, dtype, long_name, when=when, coord=True)
     return out
 
 
@@ -608,7 +615,6 @@ CONTRASTS = (
 IMAGES = Schema(
     kind="images",
     variables=_images_variables(),
-    coords=frozenset({"alpha", "optimizer", "contrast", "seed", "record", "step"}),
     attrs={
         **COMMON_ATTRS,
         "title": Attribute("what the file holds"),
