@@ -165,13 +165,15 @@ def test_check_finds_each_kind_of_departure():
         {"time": np.arange(3), "coord": [1, 2], "loss": np.ones(3)},
         attrs={"method": "gd", "dtype": "float64"},
     )
-    assert TRAJECTORY.check(ds) == [
-        f"{name}: declared for every trajectory file, missing"
-        for name in ("regime", "limit_coord", "dominant", "layer", "tau", "beta", "theta_final")
-    ] + [
-        f"attribute {name}: declared for every trajectory file, missing"
-        for name in ("mode", "collapse_factor", "regime_meaning", "first_amplified")
-    ]
+    missing = ("regime", "limit_coord", "dominant", "layer", "tau", "beta", "theta_final")
+    missing_attrs = ("mode", "collapse_factor", "regime_meaning", "first_amplified")
+    assert sorted(TRAJECTORY.check(ds)) == sorted(
+        [f"{name}: declared for every trajectory file, missing" for name in missing]
+        + [
+            f"attribute {name}: declared for every trajectory file, missing"
+            for name in missing_attrs
+        ]
+    )
     bad = ds.copy()
     bad["loss"] = bad["loss"].astype(np.float32)
     bad["loss"].attrs.update(units="s")
