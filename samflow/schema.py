@@ -20,13 +20,13 @@ attributes are templates filled from the file's attributes: ``{match_loss:g}``,
 points: docs/theory.md §3), and ``{j}`` in a name declared as ``alpha_{j}``.
 
 Adding a variable is one entry in the table of its kind (:data:`POINT` for the
-per-point results every trajectory and sweep share), for example::
+per-point results trajectories and sweeps share), and a new dim one entry for its
+coordinate, for example::
 
-    "handoff_tau": Variable((GRID, "handoff"), FLOAT, "tau of the k-th hand-off",
-                            when="sweeps"),
+    "handoff": Variable(("handoff",), "int64", "hand-off index k", coord=True),
+    "handoff_tau": Variable((GRID, "handoff"), FLOAT, "tau of the k-th hand-off (NaN: none)"),
 
-plus a :class:`Variable` for a new dimension coordinate (``handoff``) and an
-:class:`Attribute` for a new global attribute.
+A new global attribute is one :class:`Attribute` in the ``attrs`` of its kind.
 """
 
 from __future__ import annotations
