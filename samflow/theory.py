@@ -60,18 +60,48 @@ def linf_l2_u(alpha, mu, rho: float, tau) -> np.ndarray:
     return np.where(alpha < rho, np.maximum(u, 0.0), u)
 
 
-def linf_limit_index(alpha, mu, rho: float) -> int:
-    """linf-SAM L = 2 limit direction ``e_j*``: ``j* = argmax{mu_j : alpha_j > rho}``.
+LIMIT_FINITE = -2
+"""Label of a limit that is a finite nonzero point (as ``samflow.regimes.LIMIT_FINITE``)."""
 
-    Returns the label 1..d, or 0 when no ``alpha_j > rho``: beta collapses to 0 when
-    every ``alpha_j < rho``; a coordinate with ``alpha_j = rho`` exactly is a fixed
-    point, so beta then converges to a finite nonzero point instead (also 0 here).
+
+def linf_limit_index(alpha, mu, rho: float, depth: int = 2) -> int:
+    """Limit of balanced linf-SAM on one point (Corollary 3.5), a label 1..d, 0 or -2.
+
+    Derivation (docs/theory.md §4.2). While ``u > 0``, ``sign(m_j) = +1`` and the
+    excess ``v_j = u_j - rho`` obeys the GD flow ``dv_j/dtau = mu_j v_j^(L-1)``:
+
+    - ``alpha_j > rho``: ``v_j`` grows, like ``exp(mu_j tau)`` at L = 2, and for
+      L >= 3 blows up at ``tau_j* = (alpha_j - rho)^-(L-2) / ((L-2) mu_j)``. The
+      coordinate that grows fastest (L = 2) or blows up first (L >= 3) is the limit
+      direction ``e_j*``, with one formula for every L >= 2:
+
+          j* = argmax{mu_j (alpha_j - rho)^(L-2) : alpha_j > rho}.
+
+    - ``alpha_j < rho`` (``v_j < 0``): for even L, ``v^(L-1) < 0`` and ``u_j`` falls to
+      0 in finite time, where the sign of ``m_j`` flips and 0 is absorbing; for odd L,
+      ``v^(L-1) > 0`` and ``u_j`` creeps up towards ``rho``, a finite limit.
+
+    So without an ``alpha_j > rho`` the limit is 0 (collapse) for even L and a finite
+    nonzero point (``-2``) for odd L; a coordinate exactly at ``rho`` is a fixed point
+    and gives a finite nonzero limit (``-2``) for every L. Ties in the argmax have
+    measure zero and are not resolved (the lowest label is returned).
+
+    Args:
+        alpha: ``[d]`` (or a scalar) the balanced start, entries > 0.
+        mu: ``[d]`` the data point, entries > 0.
+        rho: the linf-SAM radius, >= 0.
+        depth: L >= 2 (at L = 1 the field does not depend on the weights).
     """
+    if depth < 2:
+        raise ValueError("the linf-SAM limit index needs depth >= 2")
     alpha, mu = _vec(alpha, mu)
     grows = alpha > rho
-    if not grows.any():
-        return 0
-    return int(np.argmax(np.where(grows, mu, -np.inf))) + 1
+    if grows.any():
+        speed = np.where(grows, mu * np.abs(alpha - rho) ** (depth - 2), -np.inf)
+        return int(np.argmax(speed)) + 1
+    if depth % 2 == 1 or np.any(alpha == rho):
+        return LIMIT_FINITE
+    return 0
 
 
 def l2sam_l1_u(alpha, mu, tau) -> np.ndarray:

@@ -218,3 +218,21 @@ def up_to_blowup(
     rerun["tau"].attrs.update(long_name="time relative to the blow-up, tau / tau*")
     rerun.attrs["blowup_time_scale"] = T
     return rerun, blew.reshape(spec.shape)
+
+
+def on_datasets(spec: SweepSpec, signed_X: np.ndarray, times: np.ndarray) -> dict[str, np.ndarray]:
+    """Run ``spec`` on ``K`` data sets at once; NumPy summaries ``[K, ...]``, with ``beta``.
+
+    ``spec`` has one grid point or a few (a ``rho`` axis, say): data set ``k`` runs at
+    grid point ``k mod spec.size``; its own ``data`` only fixes the shapes.
+    ``signed_X`` ``[K, n, d]`` holds ``y_i x_i`` (the loss depends on ``x_i`` and
+    ``y_i`` only through it, so every label becomes +1).
+    ``times`` the record times (flow: ``t``, from 0), shared by every run.
+    """
+    signed_X = np.asarray(signed_X, dtype=np.float64)
+    K, n, _ = signed_X.shape
+    if K % spec.size:
+        raise ValueError(f"{K} data sets do not fill the spec's {spec.size} grid points evenly")
+    spec = replace(at_times(spec, times), save_trajectories=True)
+    points = spec.points(np.arange(K) % spec.size)._replace(X=signed_X, y=np.ones(n))
+    return run_points(spec.setup(sharded=False), points, spec.times())
