@@ -99,6 +99,7 @@ def boundary(
     axes: Mapping[str, Sequence[float] | np.ndarray | str],
     rho: float | None = None,
     runner: Discrete | Flow,
+    mu_set: np.ndarray | None = None,
     alpha_range: tuple[float, float] = (1e-3, 1e3),
     rtol_alpha: float = 1e-6,
     dtype: str = "float64",
@@ -108,7 +109,8 @@ def boundary(
     """The collapse/sequential and sequential/direct critical alpha over a grid.
 
     ``axes`` as for :func:`samflow.sweep`, but not ``alpha``, ``alpha_j`` or ``seed``
-    (alpha is what is solved for; an empty mapping gives one point). Each edge is
+    (alpha is what is solved for; an empty mapping gives one point); a ``mu`` axis
+    indexes the rows of ``mu_set`` ``[k, d]``, as in :func:`samflow.sweep`. Each edge is
     found to a relative tolerance ``rtol_alpha`` inside ``alpha_range``. Returns
     ``alpha_collapse(<axes>)`` and ``alpha_direct(<axes>)`` (NaN where the edge does not
     exist in the range, or a run failed), with attributes saying how they were found.
@@ -137,6 +139,7 @@ def boundary(
         dtype=dtype,
         collapse_factor=collapse_factor,
         mu=tuple(problem.X[0].tolist()) if data is None else (),
+        mu_set=() if mu_set is None else tuple(map(tuple, np.asarray(mu_set, float).tolist())),
         data=()
         if data is None
         else (tuple(map(tuple, problem.X.tolist())), tuple(problem.y.tolist())),
