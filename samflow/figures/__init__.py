@@ -5,13 +5,16 @@
 - ``phase_l2``: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it;
 - ``staircase``: dominant coordinate over (alpha, tau), minor first, major last;
 - ``timelines``: beta_j / ||beta||_1 against tau, one alpha per regime, and the loss;
-- ``linf_limit``: the initialisation-dependent limit of linf-SAM at L = 2 and 3;
+- ``linf_limit``: the initialisation-dependent limit of linf-SAM at L = 2, 3, 4;
 - ``depth``: the staircase at L = 1, 2, 3, 4 side by side;
 - ``depth1_max_margin``: at L = 1 every method finds the l2 max-margin direction;
 - ``multipoint``: many points with features of different scales (beyond the paper);
 - ``usam``: USAM against l2-SAM, what the normalisation does (beyond the paper);
 - ``discrete_vs_flow``: discrete l2-SAM against its flow, error against eta;
-- ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found.
+- ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found;
+- ``phase_plane``: trajectories in the (beta_1, beta_2) plane, GD, l2-SAM, linf-SAM;
+- ``max_margin_l1``: on many points L = 2 finds the l1 max margin, L = 1 the l2 one;
+- ``invariant_map``: the l2-SAM edges in alpha / rho over the direction of mu.
 
 Each also runs alone: ``python -m samflow.figures.<name> [--quick]``. ``_engine`` is
 the sweep runner they share (one compiled program per configuration).
@@ -35,6 +38,9 @@ FIGURES = (
     "usam",
     "discrete_vs_flow",
     "gradcam",
+    "phase_plane",
+    "max_margin_l1",
+    "invariant_map",
 )
 
 

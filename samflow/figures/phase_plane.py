@@ -1,7 +1,7 @@
-"""Figure 1: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
+"""Figure 11: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
 
 The motivating picture. Balanced flows from 16 starts ``w^(l) = (alpha_1, alpha_2)``
-with ``alpha_j`` in {0.4, 0.8, 1.5, 3} (rho = 1), at L = 2 (top) and L = 3 (bottom),
+with ``alpha_j`` in {0.4, 0.7, 1.5, 3.2} (rho = 1), at L = 2 (top) and L = 3 (bottom),
 drawn in the (beta_1, beta_2) plane on log axes (``beta = u^L > 0`` from a positive
 balanced start). Each line is coloured and dashed by where it ends, as measured by
 the engine (``limit_coord``; L = 3: the coordinate that wins the blow-up race, or a
@@ -37,7 +37,7 @@ from samflow.theory import LIMIT_FINITE, linf_limit_index
 
 MU2 = (1.0, 2.0)
 RHO, TAU_MAX = 1.0, 20.0
-STARTS = (0.4, 0.8, 1.5, 3.0)
+STARTS = (0.4, 0.7, 1.5, 3.2)  # no ties in the races of GD or linf-SAM at L = 3
 LAYERS = 4  # the padding of linf_limit's d = 2 sweeps: the programs are shared
 PANELS = (("GD", "sam-l2", 0.0), ("l2-SAM", "sam-l2", RHO), ("linf-SAM", "sam-linf", RHO))
 STYLE = {  # limit code: colour, line style, name
