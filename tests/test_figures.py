@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import xarray as xr
+from tolerance import assert_close
 
 import samflow
 from samflow.cli import main
@@ -106,8 +107,11 @@ def test_shared_runner_matches_the_sweep(tmp_path):
     )
     ours = _engine.sweep(spec, layers=4, batch=4)
     assert set(ours.data_vars) == set(ref.data_vars)
+    # Two programs (depth padded to 4 rows, batches of 4) round differently: a few eps a
+    # step over 60 steps (measured 1.1e-14). Collapsing coordinates reach 1e-47 of the
+    # largest: they are held to their variable's scale, not to their own.
     for name in ref.data_vars:
-        np.testing.assert_allclose(ours[name].values, ref[name].values, rtol=1e-12, err_msg=name)
+        assert_close(ours[name].values, ref[name].values, rtol=1e-12, atol=1e-13, err_msg=name)
     # log-spaced records through the same program: the last record is the same state
     steps = _engine.log_steps(60, n=5)
     assert steps.tolist()[0] == 0 and steps[-1] == 60 and len(np.unique(steps)) == 5

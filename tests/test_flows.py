@@ -1,5 +1,6 @@
 """Flows against closed forms, SciPy's solve_ivp, and the discrete iterates."""
 
+import jax
 import numpy as np
 import pytest
 from runs import record_schedule, run_discrete, save_times, solve_flow
@@ -13,6 +14,8 @@ from samflow.regimes import COLLAPSE, DIRECT, SEQUENTIAL, classify
 
 MU = np.array([1.0, 2.0, 3.0, 4.0])
 P = single_point(MU)
+# Eagerly, every call re-traces the summary's scan; jitted, each shape compiles once.
+_classify = jax.jit(classify)
 
 
 @pytest.mark.parametrize("formulation", ["log", "linear"])
@@ -73,11 +76,11 @@ def test_discrete_error_falls_linearly_in_eta():
     target = flow.beta[-1]
     errors = []
     etas = np.array([0.04, 0.02, 0.01, 0.005])
+    # One schedule long enough for the smallest eta: one compiled program for every eta
+    # (the larger ones run past tau_star; only the records around it are read).
+    schedule = record_schedule(int(2.5 * tau_star / etas.min() / 0.2), 1)
     for eta in etas:
-        steps = int(2.5 * tau_star / eta / 0.2)
-        run = run_discrete(
-            P, balanced(alpha, 4, 2), 2, "sam-l2", rho, eta, record_schedule(steps, 1)
-        )
+        run = run_discrete(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, eta, schedule)
         k = np.searchsorted(run.tau, tau_star)
         w = (tau_star - run.tau[k - 1]) / (run.tau[k] - run.tau[k - 1])
         beta = (1 - w) * run.beta[k - 1] + w * run.beta[k]
@@ -89,7 +92,7 @@ def test_discrete_error_falls_linearly_in_eta():
 def _classified(method, alpha, tau_max=60.0):
     sol = solve_flow(P, balanced(alpha, 4, 2), 2, method, 1.0, save_times(tau_max, 120))
     with precision("float64"):
-        return classify(sol.beta, sol.valid, sol.failed)
+        return _classify(sol.beta, sol.valid, sol.failed)
 
 
 def test_phenomena_three_regimes_and_gd():
@@ -114,7 +117,7 @@ def test_linf_limit_index_matches_closed_form():
         alpha = random_scales(seed, 4, 0.2, 1.2, log_uniform=False)
         sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
         with precision("float64"):
-            c = classify(sol.beta, sol.valid, sol.failed)
+            c = _classify(sol.beta, sol.valid, sol.failed)
         assert int(c.limit_coord) == theory.linf_limit_index(alpha, MU, rho), (seed, alpha)
 
 
@@ -149,7 +152,7 @@ def test_solver_failure_is_flagged_and_keeps_the_accepted_records():
     assert np.all(sol.valid == (taus <= sol.stop_tau))
     assert np.all(np.isfinite(sol.beta[sol.valid]))
     with precision("float64"):
-        assert int(classify(sol.beta, sol.valid, sol.failed).regime) == -1
+        assert int(_classify(sol.beta, sol.valid, sol.failed).regime) == -1
 
 
 def test_blowup_limit_is_read_at_the_event():
@@ -158,17 +161,17 @@ def test_blowup_limit_is_read_at_the_event():
     expected = int(np.argmin(theory.blowup_tau(alpha, MU, 3))) + 1
     assert sol.blowup and int(np.argmax(np.abs(sol.beta_end))) + 1 == expected
     with precision("float64"):
-        c = classify(sol.beta, sol.valid, sol.failed, beta_end=sol.beta_end, ended_at_blowup=True)
+        c = _classify(sol.beta, sol.valid, sol.failed, beta_end=sol.beta_end, ended_at_blowup=True)
     assert int(c.limit_coord) == expected
 
 
 def test_exact_ties_have_no_dominant_coordinate():
     beta = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [2.0, 3.0, 2.5]])
     with precision("float64"):
-        c = classify(beta)
+        c = _classify(beta)
         assert np.asarray(c.dominant).tolist() == [0, 0, 2]
         assert int(c.first_amplified) == 2 and int(c.regime) == SEQUENTIAL
-        assert int(classify(beta[:2]).regime) == 0  # never resolved: every record tied
+        assert int(_classify(beta[:2]).regime) == 0  # never resolved: every record tied
 
 
 def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
@@ -178,4 +181,4 @@ def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
     assert sol.blowup and not sol.failed and not sol.valid[-1]
     assert np.all(np.isfinite(np.abs(sol.beta[sol.valid]).sum(axis=1)))
     with precision("float64"):
-        assert int(classify(sol.beta, sol.valid, sol.failed).regime) == DIRECT
+        assert int(_classify(sol.beta, sol.valid, sol.failed).regime) == DIRECT

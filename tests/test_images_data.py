@@ -184,6 +184,8 @@ def test_binary_task(tmp_path):
     assert set(np.unique(task.y_train)) == {-1.0, 1.0}
     assert task.x_test.shape[0] == 20  # all 3s and 8s of the test split
     assert task.raw_test.min() >= 0 and task.raw_test.max() <= 1
+    # Standardised pixels have unit scale; their float32 mean (960 values) is zero to
+    # ~sqrt(960) eps = 4e-6 of that scale.
     np.testing.assert_allclose(task.x_train.mean(), 0.0, atol=1e-5)
     plain = data.binary_task(ds, (3, 8), normalise=False)
     np.testing.assert_allclose(plain.x_test.transpose(0, 2, 3, 1), plain.raw_test)
