@@ -52,8 +52,16 @@ def _data(n_train: int, n_test: int):
     )
 
 
-def samflow_run(loop: str, steps: int, n_train: int = 1024, n_test: int = 128, conv: str = "auto"):
-    """``() -> None``: ``steps`` l2-SAM steps through samflow's training run."""
+def samflow_run(
+    loop: str,
+    steps: int,
+    n_train: int = 1024,
+    n_test: int = 128,
+    conv: str = "auto",
+    batch: int = BATCH,
+):
+    """``() -> None``: ``steps`` l2-SAM steps of minibatches of ``batch`` through
+    samflow's training run."""
     import jax
 
     from samflow.images.models import cnn_classifier
@@ -61,7 +69,7 @@ def samflow_run(loop: str, steps: int, n_train: int = 1024, n_test: int = 128, c
 
     classifier = cnn_classifier(1, CHANNELS, conv=conv)
     data = task_arrays(_data(n_train, n_test), 0.1)
-    config = TrainConfig("sam-l2", RHO, ETA, steps, BATCH, steps, loop=loop)
+    config = TrainConfig("sam-l2", RHO, ETA, steps, batch, steps, loop=loop)
     run = make_run(classifier, config)
     params0 = classifier.init(jax.random.key(0))
 

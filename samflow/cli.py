@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from samflow import __version__
+from samflow import __version__, compile_cache
 from samflow.errors import InputError, RunFailure
 
 COMMAND_MODULES = (
@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _name_unknown_options(parser, argv)
         args = parser.parse_args(argv)
         args.command_line = "samflow " + " ".join(argv)
+        compile_cache.enable(getattr(args, "compile_cache", None))
         status = args.func(args)
     except (InputError, FileNotFoundError) as err:
         print(f"samflow: error: {_one_line(err)}", file=sys.stderr)

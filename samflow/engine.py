@@ -6,6 +6,10 @@ scripts and the benchmarks. A batch of points is a :class:`Points`; what the pro
 computes is fixed by a :class:`Setup` (the rule, the runner's static settings, the
 dtype, what to keep), which is also the key of the compiled-program cache; the record
 times are an argument, so one program serves every horizon and schedule of a kind.
+:func:`run_points` pads the number of points and of records to a few sizes per
+doubling (:func:`bucket`; padded records are masked out of every summary), so that a
+new grid size or record count seldom compiles again; compiled programs are kept on
+disk across processes (:mod:`samflow.compile_cache`).
 
 Inside the program each point runs the discrete runner (with the regime classifier as
 its observer, :data:`samflow.regimes.OBSERVER`) or the flow solver (summarised by
@@ -29,12 +33,12 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import devices
-from samflow.discrete import simulate
+from samflow import compile_cache, devices
+from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate
 from samflow.model import Problem
 from samflow.precision import precision
-from samflow.regimes import OBSERVER, finish, summarize
+from samflow.regimes import OBSERVER, finish, summarize, track
 from samflow.rules import PerturbationRule
 
 KEEP = ("beta", "theta")
@@ -49,6 +53,24 @@ FLOW_TILE_POINTS = 256
 steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
 UNROLL = 4
 """Steps per iteration of the inner step loop of discrete runs (less loop overhead)."""
+RECORDED = ("dominant", "beta_norm", "loss", "rescaled_tau", "beta", "theta")
+"""The outputs with a record axis (after the point axis), cut back to the records asked
+for by :func:`run_points`."""
+
+
+def bucket(n: int, multiple: int = 1) -> int:
+    """The padded size of ``n`` (points or records): ``n`` up to 4, else the least
+    ``m * 2**k >= n`` with ``m`` in 5..8, rounded up to a multiple of ``multiple``.
+
+    At most a quarter more than ``n``, and four sizes per doubling, so that most
+    changes of a grid's size or of the number of records reuse a compiled program.
+    """
+    if n <= 4:
+        size = n
+    else:
+        step = 2 ** ((n - 1).bit_length() - 3)  # 4 * step < n <= 8 * step
+        size = -(-n // step) * step
+    return -(-size // multiple) * multiple
 
 
 class Points(NamedTuple):
@@ -74,11 +96,14 @@ class Points(NamedTuple):
     def size(self) -> int:
         return int(self.theta0.shape[0])
 
+    def shared(self, name: str) -> bool:
+        """Whether input ``name`` is one entry shared by every point."""
+        return name == "y" or (name in ("X", "depth") and np.shape(getattr(self, name))[0] == 1)
+
     def take(self, index: np.ndarray) -> Points:
         """The points at ``index`` (shared inputs stay shared)."""
         per_point = {
-            k: (v if k == "y" or np.shape(v)[0] == 1 else np.asarray(v)[index])
-            for k, v in self._asdict().items()
+            k: (v if self.shared(k) else np.asarray(v)[index]) for k, v in self._asdict().items()
         }
         return Points(**per_point)
 
@@ -112,14 +137,26 @@ class Setup:
     sharded: bool = True
 
 
-def tile_points(mode: str, n_points: int, n_layers: int, d: int, dtype, n_devices: int) -> int:
+def tile_points(
+    mode: str,
+    n_points: int,
+    n_layers: int,
+    d: int,
+    dtype,
+    n_devices: int,
+    accelerator: bool = False,
+) -> int:
     """Grid points per tile for a chunk of ``n_points`` on ``n_devices``.
 
     Discrete: the tile's state fits :data:`TILE_BYTES`; flows: :data:`FLOW_TILE_POINTS`.
-    A small chunk gets one tile per device. Always a multiple of 8, the vector width, so
-    that no tile ends in a scalar remainder.
+    A small chunk, or any chunk on an ``accelerator`` (a GPU, where each operation in a
+    tile is a kernel launch and no small cache is to be fitted), gets one tile per
+    device. Always a multiple of 8, the vector width, so that no tile ends in a scalar
+    remainder.
     """
-    if mode == "discrete":
+    if accelerator:
+        fit = n_points
+    elif mode == "discrete":
         per_point = n_layers * d * np.dtype(dtype).itemsize
         fit = max(8, TILE_BYTES // per_point // 8 * 8)
     else:
@@ -128,10 +165,26 @@ def tile_points(mode: str, n_points: int, n_layers: int, d: int, dtype, n_device
     return min(fit, -(-share // 8) * 8)
 
 
+def _counting(n_records) -> Observer:
+    """The regime classifier's observer, taking records from number ``n_records`` on as
+    invalid (padding: they leave the classification as it was)."""
+
+    def start(beta0, loss0):
+        tracker, scalars = OBSERVER.start(beta0, loss0)
+        return (tracker, jnp.ones((), jnp.int32)), scalars
+
+    def take(state, beta, loss):
+        tracker, count = state
+        tracker, scalars = track(tracker, beta, loss, valid=count < n_records)
+        return (tracker, count + 1), scalars
+
+    return Observer(start=start, track=take)
+
+
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def tile(theta0, X, depth, rho, eta, y, times):
+    def tile(theta0, X, depth, rho, eta, y, times, n_records):
         # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T].
         traj = simulate(
             theta0,
@@ -143,14 +196,15 @@ def _discrete_tile(setup: Setup) -> Callable:
             times,
             rule=setup.rule,
             unroll=UNROLL,
-            observer=OBSERVER,
+            observer=_counting(n_records),
             record_beta=keep_beta,
             save_theta=keep_theta,
         )
         out = finish(
-            traj.tracker,
+            traj.tracker[0],
             traj.tracked,
             traj.tau,
+            valid=(jnp.arange(times.shape[0]) < n_records)[:, None],
             failed=traj.failed_step >= 0,
             collapse_factor=setup.collapse_factor,
             plateau_fraction=setup.plateau_fraction,
@@ -171,7 +225,7 @@ def _discrete_tile(setup: Setup) -> Callable:
 def _flow_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def one(theta0, X, depth, rho, y, times):
+    def one(theta0, X, depth, rho, y, times, n_records):
         sol = integrate(
             theta0, Problem(X, y), depth, rho, times, rule=setup.rule, config=setup.flow
         )
@@ -182,7 +236,7 @@ def _flow_tile(setup: Setup) -> Callable:
             sol.beta,
             sol.tau,
             sol.loss,
-            sol.valid,
+            sol.valid & (jnp.arange(times.shape[0]) < n_records),
             sol.failed,
             setup.collapse_factor,
             setup.plateau_fraction,
@@ -202,19 +256,24 @@ def _flow_tile(setup: Setup) -> Callable:
             out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
         return out
 
-    def tile(theta0, X, depth, rho, eta, y, times):
-        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None))(theta0, X, depth, rho, y, times)
+    def tile(theta0, X, depth, rho, eta, y, times, n_records):
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None))(
+            theta0, X, depth, rho, y, times, n_records
+        )
 
     return tile
 
 
 @functools.lru_cache(maxsize=64)
 def program(setup: Setup) -> Callable:
-    """The jitted ``(points, times) -> summaries`` program of ``setup`` (cached).
+    """The jitted ``(points, times, n_records=None) -> summaries`` program of ``setup``
+    (cached; compiled once per shape of its inputs).
 
     ``points`` a :class:`Points` of JAX arrays (any ``C``), ``times`` ``[T]`` the record
-    times (discrete: step indices; flow: tau), starting at 0. Returns a dict of
-    ``[C, ...]`` arrays (the names of :data:`samflow.schema.POINT`).
+    times (discrete: step indices; flow: tau), starting at 0; ``n_records`` (an int
+    scalar, None: ``T``) how many of them are real: the rest repeat the last time and
+    are masked out of the summaries. Returns a dict of ``[C, ...]`` arrays (the names
+    of :data:`samflow.schema.POINT`).
     """
     return jax.jit(traced_program(setup))
 
@@ -222,27 +281,31 @@ def program(setup: Setup) -> Callable:
 def traced_program(setup: Setup) -> Callable:
     """:func:`program` before ``jit``: to be called inside a larger compiled program
     (a bisection loop around it, say)."""
+    compile_cache.ensure()  # the library's first run: keep what it compiles
     batch_last = setup.mode == "discrete"
     tile_fn = _discrete_tile(setup) if batch_last else _flow_tile(setup)
     mesh = devices.mesh() if setup.sharded else None
     n_dev = mesh.size if mesh is not None else 1
+    first = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    accelerator = first.platform != "cpu"
 
-    def run_tiles(theta0, X, depth, rho, eta, y, times):
-        return lax.map(lambda a: tile_fn(*a, y, times), (theta0, X, depth, rho, eta))
+    def run_tiles(theta0, X, depth, rho, eta, y, times, n_records):
+        return lax.map(lambda a: tile_fn(*a, y, times, n_records), (theta0, X, depth, rho, eta))
 
     if mesh is not None:
         run_tiles = jax.shard_map(
             run_tiles,
             mesh=mesh,
-            in_specs=(*(PartitionSpec("grid"),) * 5, PartitionSpec(), PartitionSpec()),
+            in_specs=(*(PartitionSpec("grid"),) * 5, *(PartitionSpec(),) * 3),
             out_specs=PartitionSpec("grid"),
             check_vma=False,  # diffrax's solver state mixes per-device and shared values
         )
 
-    def run(points: Points, times):
+    def run(points: Points, times, n_records=None):
         theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:]
         C, n_layers, d = theta0.shape
-        T = tile_points(setup.mode, C, n_layers, d, theta0.dtype, n_dev)
+        T = tile_points(setup.mode, C, n_layers, d, theta0.dtype, n_dev, accelerator)
+        n_records = jnp.asarray(times.shape[0] if n_records is None else n_records, jnp.int32)
         n_tiles = -(-C // (n_dev * T)) * n_dev
 
         def to_tiles(a, shareable=False):  # [C, *s] -> [n_tiles, *s, T] or [n_tiles, T, *s]
@@ -254,7 +317,7 @@ def traced_program(setup: Setup) -> Callable:
             return jnp.moveaxis(a, 1, -1) if batch_last else a
 
         tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
-        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, times)
+        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, times, n_records)
         return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
 
     return run
@@ -276,8 +339,7 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
         if not setup.sharded:
             return arr
         mesh = devices.mesh()
-        shared = name == "y" or (name in ("X", "depth") and np.shape(value)[0] == 1)
-        spec = PartitionSpec() if shared else PartitionSpec("grid")
+        spec = PartitionSpec() if points.shared(name) else PartitionSpec("grid")
         return jax.device_put(arr, NamedSharding(mesh, spec))
 
     args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
@@ -287,9 +349,17 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
     """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
 
-    A sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
+    The points and the records are padded to their :func:`bucket` (the last point and
+    the last time repeated, padded records masked), so that the program compiled for
+    one size serves every size of its bucket; the padding is cut off the results. A
+    sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
     """
+    C, T = points.size, len(times)
+    n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
+    padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
+    times = np.concatenate([times, np.repeat(times[-1:], bucket(T) - T)])
     fn = program(setup)
     with precision(setup.dtype):
-        out = devices.gather(fn(*place(setup, points, times)))
-        return {k: np.asarray(v) for k, v in out.items()}
+        out = devices.gather(fn(*place(setup, padded, times), T))
+        out = {k: np.asarray(v) for k, v in out.items()}
+    return {k: v[:C, :T] if k in RECORDED else v[:C] for k, v in out.items()}

@@ -57,6 +57,7 @@ import numpy as np
 import optimistix as optx
 from jax import Array
 
+from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
 from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
 from samflow.rules import PerturbationRule
@@ -282,23 +283,24 @@ def integrate(
     # in which the level is crossed locates the event to well within 1e-6 relative.
     event = diffrax.Event(cond_fn)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)])
-    sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(field),
-        SOLVERS[config.solver](),
-        t0=save_tau[0],
-        t1=save_tau[-1],
-        dt0=None,
-        y0=y0,
-        args=args,
-        saveat=saveat,
-        # max norm: padding rows (constant ones) must not change the step sizes
-        stepsize_controller=diffrax.PIDController(
-            rtol=config.rtol, atol=config.atol, norm=optx.max_norm
-        ),
-        event=event,
-        max_steps=config.max_steps,
-        throw=False,
-    )
+    with no_host_checks():  # a program with a host callback is never kept on disk
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            SOLVERS[config.solver](),
+            t0=save_tau[0],
+            t1=save_tau[-1],
+            dt0=None,
+            y0=y0,
+            args=args,
+            saveat=saveat,
+            # max norm: padding rows (constant ones) must not change the step sizes
+            stepsize_controller=diffrax.PIDController(
+                rtol=config.rtol, atol=config.atol, norm=optx.max_norm
+            ),
+            event=event,
+            max_steps=config.max_steps,
+            throw=False,
+        )
     ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
     event = sol.result == diffrax.RESULTS.event_occurred
     collapsed = event & (log_beta_max(y_end) < low + 1)

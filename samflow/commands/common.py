@@ -156,8 +156,16 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
-    """``-q/--quiet``: print nothing but errors (no progress bar, no summary)."""
+    """``-q/--quiet``: print nothing but errors (no progress bar, no summary);
+    ``--compile-cache``: where compiled programs are kept (:mod:`samflow.compile_cache`)."""
     p.add_argument("-q", "--quiet", *quiet_aliases, action="store_true", help="print only errors")
+    p.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        default=None,
+        help="keep compiled programs in DIR, or 'off' (default: $SAMFLOW_COMPILE_CACHE, "
+        "else ~/.cache/samflow/jax)",
+    )
 
 
 def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
