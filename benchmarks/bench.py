@@ -335,6 +335,72 @@ def cnn_case(rows, args):
         record(rows, case, impl, "float32", t, steps, unit="steps/s", note=note)
 
 
+COMPILE_CACHE_COMMANDS = (
+    (
+        "samflow trajectory (flow)",
+        "trajectory --method sam-l2 --depth 2 --mu 1,2,3,4 --alpha 0.5 --rho 1 --mode flow "
+        "--out {out}.nc",
+    ),
+    (
+        "samflow phase (flow, 16 x 16)",
+        "phase --method sam-l2 --depth 2 --mu 1,2,3,4 --mode flow --tau-max 50 "
+        "--axis alpha=0.05:5:16:log --axis rho=0.1:3:16:log --out {out}.nc",
+    ),
+    (
+        "samflow phase (flow, 15 x 16: same bucket)",
+        "phase --method sam-l2 --depth 2 --mu 1,2,3,4 --mode flow --tau-max 50 "
+        "--axis alpha=0.05:5:15:log --axis rho=0.1:3:16:log --out {out}.nc",
+    ),
+    ("samflow figures --quick --only staircase", "figures --quick --only staircase --out {out}"),
+)
+
+
+def compile_cache_case(rows, args):
+    """Case 6: the same command in a first and a second process sharing a fresh
+    compilation cache (samflow.compile_cache); wall times of whole processes. The third
+    command runs after the second, so its 'first' process already finds the programs of
+    its bucket on disk."""
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryDirectory() as tmp:
+        env["SAMFLOW_COMPILE_CACHE"] = str(Path(tmp) / "jax")
+        for impl, command in COMPILE_CACHE_COMMANDS:
+            seconds, cpu = [], []
+            for i in (1, 2):
+                out = Path(tmp) / f"{len(rows)}_{i}"
+                cmd = [sys.executable, "-m", "samflow.cli", *command.format(out=out).split(), "-q"]
+                used = _children_cpu()
+                start = time.perf_counter()
+                subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True)
+                seconds.append(time.perf_counter() - start)
+                cpu.append(_children_cpu() - used)
+            (first, second), (cpu1, cpu2) = seconds, cpu
+            row = {
+                "case": "6 compile cache",
+                "impl": impl,
+                "dtype": "float64",
+                "seconds": second,
+                "runs": seconds,
+                "cpu_seconds": cpu,
+                "compile_s": None,
+                "rate": first / second,
+                "unit": "first/second process",
+                "note": f"wall {first:.1f} s then {second:.1f} s; "
+                f"CPU {cpu1:.1f} s then {cpu2:.1f} s",
+            }
+            rows.append(row)
+            print(f"  {impl:<44} {row['note']}", flush=True)
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def ratios(rows: list[dict]) -> None:
     """Per case and dtype: samflow's speed over each other implementation."""
     for case in {r["case"] for r in rows}:
@@ -387,7 +453,8 @@ def markdown(results: dict) -> str:
         over = "" if over is None or r["impl"].startswith("samflow") else f"{over:.1f}"
         if r["impl"].startswith("roofline") and r.get("samflow_over"):
             over = f"{r['samflow_over']:.2f} (samflow at {100 * r['samflow_over']:.0f}%)"
-        unit = {"coordinate-steps/s": "cs/s", "steps/s": "steps/s"}.get(r["unit"], "traj/s")
+        unit = {"coordinate-steps/s": "cs/s", "steps/s": "steps/s", "first/second process": "×"}
+        unit = unit.get(r["unit"], "traj/s")
         lines.append(
             f"| {r['case']} | {r['impl']} | {r['dtype']} | {r['seconds']:.3f} | {comp} | "
             f"{r['rate']:.3g} {unit} | {over} | {r['note']} |"
@@ -417,7 +484,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
-    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 mem")
+    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
@@ -435,7 +502,7 @@ def main(argv=None) -> int:
     args.scaling_fixed_points = 16384 if full else 1024
     args.scaling_step_counts = [250, 500, 1000, 2000, 4000] if full else [50, 100]
     args.cnn_steps = 100 if full else 4  # evaluations at both ends: <1 ms per step
-    only = set(args.only or ["1", "2", "3", "4", "5", "mem"])
+    only = set(args.only or ["1", "2", "3", "4", "5", "6", "mem"])
 
     results = {"machine": machine(), "rows": [], "memory": [], "notes": []}
     rows = results["rows"]
@@ -482,6 +549,9 @@ def main(argv=None) -> int:
     if "5" in only:
         print("case 5: CNN l2-SAM step")
         cnn_case(rows, args)
+    if "6" in only:
+        print("case 6: compile cache, first and second process")
+        compile_cache_case(rows, args)
     if "mem" in only:
         print("case 4c: peak memory against grid size")
         results["memory"] = memory_case(args)
@@ -505,6 +575,12 @@ def main(argv=None) -> int:
         "the batch channels last, its one-input-channel first layer as nine shifted "
         "products (conv=auto on a CPU; the conv=lax row keeps lax.conv there) and "
         "compiles without XLA's YNNPACK fusions (docs/images.md).",
+        "Case 6: wall and CPU time of a whole process, first and second, the same command "
+        "(to a new output) with a fresh compilation cache shared by both "
+        "(samflow.compile_cache); rate = first / second wall time (CPU time: less noisy on "
+        "a shared machine). The 15 x 16 phase map runs after the 16 x 16 one: both "
+        "pad to 256 points, so even its first process finds its program on disk. What is "
+        "left in a second process: starting Python and JAX, tracing, writing the file.",
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)

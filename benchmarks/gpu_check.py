@@ -39,7 +39,7 @@ CASES = ("discrete", "flow", "cnn")
 DTYPES = ("float32", "float64")
 FULL = {"points": 1_000_000, "steps": 2000, "flow_points": 4096, "batches": (128, 1024)}
 FULL.update(cnn_steps=200, flow_tau=50.0)
-TOY = {"points": 256, "steps": 20, "flow_points": 16, "batches": (8, 16)}
+TOY = {"points": 256, "steps": 20, "flow_points": 16, "batches": (8,)}
 TOY.update(cnn_steps=2, flow_tau=5.0)
 FLOW_TOLERANCES = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-7)}
 BUDGET_S = 20.0

@@ -122,6 +122,20 @@ def test_cache_off(tmp_path):
     assert not (tmp_path / "samflow").exists()
 
 
+@pytest.mark.slow
+def test_command_line_option(tmp_path):
+    """--compile-cache DIR wins over the variable; --compile-cache off leaves none."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CACHE_HOME": str(tmp_path)}
+    env[compile_cache.ENV] = str(tmp_path / "from_variable")
+    command = [sys.executable, "-m", "samflow.cli", "trajectory", "--method", "gd"]
+    command += ["--depth", "1", "--mu", "1,2", "--alpha", "0.5", "--steps", "20", "-q"]
+    for i, setting in enumerate((str(tmp_path / "from_option"), "off")):
+        out = ["--out", str(tmp_path / f"t{i}.nc"), "--compile-cache", setting]
+        subprocess.run(command + out, env=env, check=True, capture_output=True)
+    assert any((tmp_path / "from_option").iterdir())
+    assert not (tmp_path / "from_variable").exists() and not (tmp_path / "samflow").exists()
+
+
 def test_cache_folder_choice(monkeypatch, tmp_path):
     monkeypatch.delenv(compile_cache.ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
