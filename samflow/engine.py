@@ -58,17 +58,25 @@ RECORDED = ("dominant", "beta_norm", "loss", "rescaled_tau", "beta", "theta")
 for by :func:`run_points`."""
 
 
-def bucket(n: int, multiple: int = 1) -> int:
-    """The padded size of ``n`` (points or records): ``n`` up to 4, else the least
-    ``m * 2**k >= n`` with ``m`` in 5..8, rounded up to a multiple of ``multiple``.
+POINT_SIZES, RECORD_SIZES = 4, 8
+"""Padded sizes per doubling (:func:`bucket`) of the number of points and of records:
+each padded record costs about four steps in every point, so records get finer steps
+(at most 1/8 of padding) than points (at most 1/4)."""
 
-    At most a quarter more than ``n``, and four sizes per doubling, so that most
-    changes of a grid's size or of the number of records reuse a compiled program.
+
+def bucket(n: int, multiple: int = 1, per_doubling: int = POINT_SIZES) -> int:
+    """The padded size of ``n`` (points or records): ``n`` up to ``per_doubling`` (a
+    power of two), else the least ``m * 2**k >= n`` with ``m`` in ``per_doubling + 1 ..
+    2 * per_doubling``, rounded up to a multiple of ``multiple``.
+
+    At most ``1 / per_doubling`` more than ``n``, and ``per_doubling`` sizes per
+    doubling, so that most changes of a grid's size or of the number of records reuse a
+    compiled program.
     """
-    if n <= 4:
+    if n <= per_doubling:
         size = n
-    else:
-        step = 2 ** ((n - 1).bit_length() - 3)  # 4 * step < n <= 8 * step
+    else:  # per_doubling * step < n <= 2 * per_doubling * step
+        step = 2 ** ((n - 1).bit_length() - per_doubling.bit_length())
         size = -(-n // step) * step
     return -(-size // multiple) * multiple
 
@@ -357,7 +365,7 @@ def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.
     C, T = points.size, len(times)
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
-    times = np.concatenate([times, np.repeat(times[-1:], bucket(T) - T)])
+    times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
     fn = program(setup)
     with precision(setup.dtype):
         out = devices.gather(fn(*place(setup, padded, times), T))

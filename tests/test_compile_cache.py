@@ -24,13 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_bucket_sizes():
-    # The sizes written out: n itself up to 4, then m * 2^k with m = 5..8.
-    allowed = sorted({1, 2, 3, 4} | {m * 2**k for m in range(5, 9) for k in range(20)})
-    for n in range(1, 5000):
-        assert bucket(n) == next(a for a in allowed if a >= n)
-        assert bucket(n) <= max(n, 1.25 * n)  # at most a quarter of padding
+    for per_doubling in (4, 8):
+        # The sizes written out: n itself up to per_doubling, then m * 2^k.
+        m = range(per_doubling + 1, 2 * per_doubling + 1)
+        allowed = sorted({*range(1, per_doubling + 1)} | {a * 2**k for a in m for k in range(20)})
+        for n in range(1, 5000):
+            size = bucket(n, per_doubling=per_doubling)
+            assert size == next(a for a in allowed if a >= n)
+            assert size <= n * (1 + 1 / per_doubling)
     assert bucket(9) == bucket(10) == 10 and bucket(101) == 112
-    assert bucket(1_000_000) == 2**20
+    assert bucket(101, per_doubling=8) == 104 and bucket(1_000_000) == 2**20
     for n, multiple in ((9, 4), (101, 3), (1, 2)):
         b = bucket(n, multiple)
         assert b % multiple == 0 and b >= bucket(n) and b - bucket(n) < multiple
@@ -49,13 +52,13 @@ def _points(C: int, rng) -> Points:
 
 
 def test_sizes_in_one_bucket_compile_once():
-    """17 and 20 points, 9 and 10 records: one bucket each, one compilation; and the
+    """17 and 20 points, 17 and 18 records: one bucket each, one compilation; and the
     padded runs give what the program gives without padding (padded records repeat
     the last one: unmasked, they would read as a run that stopped moving, limit -2)."""
     setup = Setup(rule=SAM_L2, mode="discrete", keep=("beta",), padding=False, sharded=False)
     fn = program(setup)
     rng = np.random.default_rng(0)
-    runs = [(_points(17, rng), np.arange(9) * 40), (_points(20, rng), np.arange(10) * 30)]
+    runs = [(_points(17, rng), np.arange(17) * 20), (_points(20, rng), np.arange(18) * 15)]
     before = fn._cache_size()
     padded = [run_points(setup, points, times) for points, times in runs]
     assert fn._cache_size() == before + 1
