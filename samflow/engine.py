@@ -40,6 +40,7 @@ from samflow.model import Problem
 from samflow.precision import precision
 from samflow.regimes import OBSERVER, finish, summarize, track
 from samflow.rules import PerturbationRule
+from samflow.schema import GRID, POINT
 
 KEEP = ("beta", "theta")
 """What a program may keep besides the summaries: ``beta`` ``[C, T, d]`` at every
@@ -53,9 +54,9 @@ FLOW_TILE_POINTS = 256
 steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
 UNROLL = 4
 """Steps per iteration of the inner step loop of discrete runs (less loop overhead)."""
-RECORDED = ("dominant", "beta_norm", "loss", "rescaled_tau", "beta", "theta")
-"""The outputs with a record axis (after the point axis), cut back to the records asked
-for by :func:`run_points`."""
+RECORDED = frozenset(name for name, v in POINT.items() if v.dims[:2] == (GRID, "time"))
+"""The outputs with a record axis (after the point axis; :data:`samflow.schema.POINT`),
+cut back to the records asked for by :func:`run_points`."""
 
 
 POINT_SIZES, RECORD_SIZES = 4, 8
