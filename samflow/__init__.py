@@ -26,48 +26,59 @@ Float64 is the default precision, enabled per call (see :mod:`samflow.precision`
 never globally on import.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+import sys
+from importlib import import_module
+from types import ModuleType
 
-try:
-    __version__ = version("samflow")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+unknown"
-
-from samflow.api import sweep, trajectory
-from samflow.boundary import boundary
 from samflow.errors import InputError
-from samflow.fit import FitResult, fit
-from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES
-from samflow.rules import (
-    GD,
-    METHODS,
-    SAM_L2,
-    SAM_LINF,
-    USAM,
-    PerturbationRule,
-    get_rule,
-)
-from samflow.runners import Discrete, Flow
-from samflow.transform import sam
+from samflow.version import __version__
 
-__all__ = [
-    "FLAG_MEANINGS",
-    "FLAG_VALUES",
-    "GD",
-    "METHODS",
-    "SAM_L2",
-    "SAM_LINF",
-    "USAM",
-    "Discrete",
-    "FitResult",
-    "Flow",
-    "InputError",
-    "PerturbationRule",
-    "__version__",
-    "boundary",
-    "fit",
-    "get_rule",
-    "sam",
-    "sweep",
-    "trajectory",
-]
+# Where each public name lives. They load on first use (PEP 562), so that importing
+# samflow (and the command line's --help and its input errors) does not import JAX.
+_WHERE = {
+    "FLAG_MEANINGS": "samflow.regimes",
+    "FLAG_VALUES": "samflow.regimes",
+    "GD": "samflow.rules",
+    "METHODS": "samflow.rules",
+    "SAM_L2": "samflow.rules",
+    "SAM_LINF": "samflow.rules",
+    "USAM": "samflow.rules",
+    "Discrete": "samflow.runners",
+    "FitResult": "samflow.fit",
+    "Flow": "samflow.runners",
+    "PerturbationRule": "samflow.rules",
+    "SweepSpec": "samflow.sweeps.spec",
+    "boundary": "samflow.boundary",
+    "fit": "samflow.fit",
+    "get_rule": "samflow.rules",
+    "sam": "samflow.transform",
+    "sweep": "samflow.api",
+    "trajectory": "samflow.api",
+}
+
+__all__ = ["InputError", "__version__", *_WHERE]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'samflow' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+class _Package(ModuleType):
+    """``samflow.boundary`` and ``samflow.fit`` are functions, though modules of the same
+    names exist: importing those modules must not rebind the package's names to them."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, ModuleType) and _WHERE.get(name) == value.__name__:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -3,50 +3,32 @@
 Both take what varies as objects, in the style of diffrax: the method (a name or a
 :class:`samflow.rules.PerturbationRule`), the problem (``mu`` for one point or
 ``data = (X, y)``), the initialisation, and a runner (:class:`samflow.Discrete` or
-:class:`samflow.Flow`). Both validate every input here, once, raising
-:class:`samflow.InputError` (a ``ValueError``) that names the bad value; the command
-line turns it into its one-line exit 2. Both return labelled xarray Datasets, the same
-the command line writes for the same settings.
+:class:`samflow.Flow`). Both describe their run with
+:meth:`samflow.sweeps.spec.SweepSpec.from_inputs`, which validates every input once,
+raising :class:`samflow.InputError` (a ``ValueError``) that names the bad value, before
+JAX is imported or anything compiled; the command line turns it into its one-line exit
+2. Both return labelled xarray Datasets, the same the command line writes for the same
+settings.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
-from samflow.engine import Points, Setup, run_points
+from samflow import inputs
 from samflow.errors import InputError
-from samflow.flows import FlowConfig, formulation_for
-from samflow.init import balanced, check_alpha, check_depth, from_array, is_balanced
-from samflow.model import make_problem
-from samflow.precision import check_dtype
-from samflow.regimes import NAMES
-from samflow.rules import PerturbationRule, check_rho, get_rule
-from samflow.runners import Discrete, Flow, check_counters
-from samflow.schema import TRAJECTORY
-from samflow.sweeps.axes import Axis, make_axis, parse_axis
+from samflow.init import balanced, check_alpha, from_array
+from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
-from samflow.sweeps.store import DEFAULT_CHUNK
-from samflow.sweeps.store import run as run_store
 
-Method = str | PerturbationRule
+if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
+    import xarray as xr
 
-
-def _check_runner(runner) -> Discrete | Flow:
-    if not isinstance(runner, Discrete | Flow):
-        raise InputError(
-            f"runner must be samflow.Discrete(...) or samflow.Flow(...), got {runner!r}"
-        )
-    return runner
-
-
-def _call(name: str, **kwargs) -> str:
-    """A readable record of a Python call, for the ``history`` attribute."""
-    shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None)
-    return f"samflow.{name}({shown})"
+    from samflow.rules import PerturbationRule
 
 
 def initial_theta(
@@ -69,7 +51,7 @@ def initial_theta(
         )
     if alpha is not None:
         a = check_alpha(alpha)
-        if a.size != 1:
+        if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
         return balanced(a, d, depth)
     if alpha_per_coord is not None:
@@ -77,14 +59,14 @@ def initial_theta(
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
         return balanced(a, d, depth)
-    theta0 = np.asarray(theta0, dtype=np.float64)
+    theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")
     return from_array(theta0, d)
 
 
 def trajectory(
-    method: Method,
+    method: str | PerturbationRule,
     *,
     depth: int,
     mu: Sequence[float] | None = None,
@@ -96,7 +78,7 @@ def trajectory(
     runner: Discrete | Flow,
     dtype: str = "float64",
     save_theta: bool = False,
-    collapse_factor: float = 1e-3,
+    collapse_factor: float = inputs.COLLAPSE_FACTOR,
     history: str | None = None,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
@@ -109,20 +91,38 @@ def trajectory(
     coordinates along ``time``; attributes: the settings, the regime's meaning,
     ``first_amplified``, and for flows where and why the solve ended.
     """
-    rule = get_rule(method)
-    rho = check_rho(rule, rho)
-    depth = check_depth(depth)
-    runner = _check_runner(runner)
-    check_dtype(dtype)
-    check_counters(runner, dtype)
-    if not (np.isfinite(collapse_factor) and 0 < collapse_factor < 1):
-        raise InputError(f"collapse-factor must lie in (0, 1), got {collapse_factor}")
-    problem = make_problem(mu, data)
-    n, d = problem.X.shape
-    theta0 = initial_theta(d, depth, alpha, alpha_per_coord, theta0)
+    X, y = inputs.check_problem(mu, data)
+    theta0 = initial_theta(X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0)
+    inputs.check_flag("save_theta", save_theta)
+    spec = SweepSpec.from_inputs(
+        method,
+        depth=depth,
+        mu=mu,
+        data=data,
+        rho=rho,
+        runner=runner,
+        dtype=dtype,
+        collapse_factor=collapse_factor,
+        save_trajectories=True,  # a trajectory keeps beta; and theta, checked next
+    )
+    spec.check_size(keep_theta=True)
+    return _run_trajectory(spec, X, y, theta0, save_theta, history, mu)
+
+
+def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
+    """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``."""
+    from samflow.engine import Points, Setup, run_points
+    from samflow.flows import FlowConfig, formulation_for
+    from samflow.init import is_balanced
+    from samflow.regimes import NAMES
+    from samflow.schema import TRAJECTORY
+
+    rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
+    collapse_factor = spec.collapse_factor
+    n, d = X.shape
     flow = None
     if runner.mode == "flow":
-        positive = n == 1 and bool(np.all(problem.X > 0))
+        positive = n == 1 and bool(np.all(X > 0))
         form = formulation_for(rule, runner.formulation, positive, is_balanced(theta0, depth))
         flow = FlowConfig.of(runner, form, dtype)
     setup = Setup(
@@ -138,8 +138,8 @@ def trajectory(
     eta = runner.eta if runner.mode == "discrete" else 0.0
     points = Points(
         theta0[None],
-        problem.X[None],
-        problem.y,
+        X[None],
+        y,
         np.array([depth]),
         np.array([rho]),
         np.array([eta]),
@@ -147,7 +147,9 @@ def trajectory(
     times = runner.times()
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
-        history = _call("trajectory", method=rule.name, depth=depth, mu=mu, rho=rho, runner=runner)
+        history = inputs.python_call(
+            "trajectory", method=rule.name, depth=depth, mu=mu, rho=rho, runner=runner
+        )
     discrete = runner.mode == "discrete"
     data = {
         "time": np.arange(len(times)),
@@ -185,7 +187,7 @@ def trajectory(
         "mode": runner.mode,
         "dtype": dtype,
         "n_points": n,
-        "mu": np.asarray(problem.X[0], dtype=np.float64) if n == 1 else None,
+        "mu": np.asarray(X[0], dtype=np.float64) if n == 1 else None,
         "regime_meaning": NAMES[int(r["regime"])],
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,
@@ -196,7 +198,7 @@ def trajectory(
 
 
 def sweep(
-    method: Method,
+    method: str | PerturbationRule,
     *,
     depth: int,
     mu: Sequence[float] | None = None,
@@ -209,11 +211,11 @@ def sweep(
     out: str | os.PathLike | None = None,
     progress: bool = False,
     overwrite: bool = False,
-    chunk: int = DEFAULT_CHUNK,
+    chunk: int = inputs.DEFAULT_CHUNK,
     mu_set: np.ndarray | None = None,
-    alpha_range: tuple[float, float] = (0.05, 5.0),
-    collapse_factor: float = 1e-3,
-    plateau_fraction: float = 0.5,
+    alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE,
+    collapse_factor: float = inputs.COLLAPSE_FACTOR,
+    plateau_fraction: float = inputs.PLATEAU_FRACTION,
     save_trajectories: bool = False,
     pad_layers: int = 0,
     history: str | None = None,
@@ -230,43 +232,36 @@ def sweep(
     the Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the summaries of
     :mod:`samflow.regimes` per grid point (``beta`` too with ``save_trajectories``).
     """
-    rule = get_rule(method)
-    runner = _check_runner(runner)
-    problem = make_problem(mu, data)
-    d = problem.X.shape[1]
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")
-    grid: list[Axis] = []
-    for name, values in axes.items():
-        if isinstance(values, str):
-            grid.append(parse_axis(f"{name}={values}", d))
-        else:
-            grid.append(make_axis(name, values, d))
-    if alpha is not None and {"alpha", "seed"} & {a.name for a in grid}:
-        raise InputError("alpha is set both as a value and by an axis")
-    spec = SweepSpec(
-        rule=rule,
-        runner=runner,
+    spec = SweepSpec.from_inputs(
+        method,
         depth=depth,
-        axes=tuple(grid),
-        alpha=1.0 if alpha is None else alpha,
+        mu=mu,
+        data=data,
+        axes=axes,
         rho=rho,
+        alpha=alpha,
+        runner=runner,
         dtype=dtype,
-        alpha_range=tuple(float(v) for v in alpha_range),
+        alpha_range=alpha_range,
         collapse_factor=collapse_factor,
         plateau_fraction=plateau_fraction,
         save_trajectories=save_trajectories,
-        mu=tuple(problem.X[0].tolist()) if data is None else (),
-        mu_set=() if mu_set is None else tuple(map(tuple, np.asarray(mu_set, float).tolist())),
-        data=()
-        if data is None
-        else (tuple(map(tuple, problem.X.tolist())), tuple(problem.y.tolist())),
+        mu_set=mu_set,
         pad_layers=pad_layers,
     )
+    inputs.integer("chunk", chunk)
+    for name, flag in (("progress", progress), ("overwrite", overwrite)):
+        inputs.check_flag(name, flag)
+    if out is not None:
+        from samflow.io import check_output
+
+        check_output(out)
     if history is None:
-        history = _call(
+        history = inputs.python_call(
             "sweep",
-            method=rule.name,
+            method=spec.rule.name,
             depth=depth,
             mu=mu,
             axes=dict(axes),
@@ -274,6 +269,6 @@ def sweep(
             alpha=alpha,
             runner=runner,
         )
-    return run_store(
-        spec, out, chunk=chunk, history=history, progress=progress, overwrite=overwrite
-    )
+    from samflow.sweeps.store import run
+
+    return run(spec, out, chunk=chunk, history=history, progress=progress, overwrite=overwrite)

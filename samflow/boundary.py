@@ -25,26 +25,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import xarray as xr
-from jax import lax
 
-from samflow import devices
-from samflow.api import _call, _check_runner
-from samflow.engine import Points, place, traced_program
+from samflow import inputs
 from samflow.errors import InputError
-from samflow.model import make_problem
-from samflow.precision import precision
-from samflow.regimes import COLLAPSE, DIRECT, FAILED
-from samflow.rules import get_rule
 from samflow.runners import Discrete, Flow
-from samflow.schema import BOUNDARY
-from samflow.sweeps.axes import make_axis, parse_axis
 from samflow.sweeps.spec import SweepSpec
-from samflow.sweeps.store import chunk_plan
+
+if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
+    import jax
+    import xarray as xr
+
+    from samflow.engine import Points
 
 EDGES = ("alpha_collapse", "alpha_direct")
 """The two edges; edge ``k`` is 'below' at alpha when ``_below(k, regime)``."""
@@ -52,10 +46,21 @@ EDGES = ("alpha_collapse", "alpha_direct")
 
 def _below(kind: jax.Array, regime: jax.Array) -> jax.Array:
     """Whether ``alpha`` lies below the edge of ``kind`` (0 collapse, 1 direct)."""
+    import jax.numpy as jnp
+
+    from samflow.regimes import COLLAPSE, DIRECT
+
     return jnp.where(kind == 0, regime == COLLAPSE, regime != DIRECT)
 
 
 def _bisection(setup, n_iter: int):
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from samflow.engine import traced_program
+    from samflow.regimes import FAILED
+
     run = traced_program(setup)
 
     def at(points: Points, rows, log_alpha, times):
@@ -103,7 +108,7 @@ def boundary(
     alpha_range: tuple[float, float] = (1e-3, 1e3),
     rtol_alpha: float = 1e-6,
     dtype: str = "float64",
-    collapse_factor: float = 1e-3,
+    collapse_factor: float = inputs.COLLAPSE_FACTOR,
     history: str | None = None,
 ) -> xr.Dataset:
     """The collapse/sequential and sequential/direct critical alpha over a grid.
@@ -115,35 +120,53 @@ def boundary(
     ``alpha_collapse(<axes>)`` and ``alpha_direct(<axes>)`` (NaN where the edge does not
     exist in the range, or a run failed), with attributes saying how they were found.
     """
-    rule = get_rule(method)
-    runner = _check_runner(runner)
-    problem = make_problem(mu, data)
-    d = problem.X.shape[1]
-    lo_alpha, hi_alpha = (float(v) for v in alpha_range)
-    if not 0 < lo_alpha < hi_alpha < math.inf:
-        raise InputError(f"alpha-range must be 0 < LOW < HIGH, got {lo_alpha}, {hi_alpha}")
-    if not (math.isfinite(rtol_alpha) and 0 < rtol_alpha < 1):
-        raise InputError(f"rtol-alpha must lie in (0, 1), got {rtol_alpha}")
-    grid = []
-    for name, values in dict(axes).items():
-        if name in ("alpha", "seed") or name.startswith("alpha_"):
+    if not isinstance(axes, Mapping):
+        raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")
+    for name in axes:
+        if name in ("alpha", "seed") or str(name).startswith("alpha_"):
             raise InputError(f"axis {name}: boundary solves for alpha; vary the other axes")
-        text = isinstance(values, str)
-        grid.append(parse_axis(f"{name}={values}", d) if text else make_axis(name, values, d))
-    spec = SweepSpec(
-        rule=rule,
-        runner=runner,
+    lo_alpha, hi_alpha = inputs.check_range("alpha-range", alpha_range)
+    rtol_alpha = inputs.fraction("rtol-alpha", rtol_alpha)
+    spec = SweepSpec.from_inputs(
+        method,
         depth=depth,
-        axes=tuple(grid),
+        mu=mu,
+        data=data,
+        axes=axes,
         rho=rho,
+        runner=runner,
         dtype=dtype,
         collapse_factor=collapse_factor,
-        mu=tuple(problem.X[0].tolist()) if data is None else (),
-        mu_set=() if mu_set is None else tuple(map(tuple, np.asarray(mu_set, float).tolist())),
-        data=()
-        if data is None
-        else (tuple(map(tuple, problem.X.tolist())), tuple(problem.y.tolist())),
+        mu_set=mu_set,
     )
+    # Both edges of every grid point are one batch of 2 x the grid.
+    spec.check_size(inputs.MEMORY_SHARE * inputs.memory_bytes() / 2)
+    if history is None:
+        history = inputs.python_call(
+            "boundary",
+            method=spec.rule.name,
+            depth=depth,
+            mu=mu,
+            axes=dict(axes),
+            rho=rho,
+            runner=runner,
+        )
+    return _solve(spec, lo_alpha, hi_alpha, rtol_alpha, history)
+
+
+def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, history) -> xr.Dataset:
+    """Bisect both edges of every point of the checked ``spec``."""
+    import jax.numpy as jnp
+
+    from samflow import devices
+    from samflow.engine import place
+    from samflow.init import layer_rows
+    from samflow.precision import precision
+    from samflow.schema import BOUNDARY
+    from samflow.sweeps.store import chunk_plan
+
+    rule, runner, depth, dtype = spec.rule, spec.runner, spec.depth, spec.dtype
+    collapse_factor = spec.collapse_factor
     n_iter = max(1, math.ceil(math.log2(math.log(hi_alpha / lo_alpha) / math.log1p(rtol_alpha))))
     P = spec.size
     # Both edges of every grid point in one batch: points 0..P-1 collapse, P..2P-1 direct.
@@ -152,8 +175,7 @@ def boundary(
     kind = (np.arange(C) >= P).astype(np.int32)
     setup = replace(spec.setup(), keep=())
     points = spec.points(flat)
-    depth_of = np.broadcast_to(points.depth, (C,))
-    rows = np.arange(spec.n_layers)[None, :, None] < depth_of[:, None, None]
+    rows = layer_rows(np.broadcast_to(points.depth, (C,)), spec.n_layers)
     fn = _bisection(setup, n_iter)
     with precision(dtype) as dt:
         args, times = place(setup, points, spec.times())
@@ -165,16 +187,6 @@ def boundary(
     data = {a.name: a.array() for a in spec.axes}
     for k, name in enumerate(EDGES):
         data[name] = edge[k * P : (k + 1) * P].reshape(spec.shape)
-    if history is None:
-        history = _call(
-            "boundary",
-            method=rule.name,
-            depth=depth,
-            mu=mu,
-            axes=dict(axes),
-            rho=rho,
-            runner=runner,
-        )
     names = list(spec.axis_names)
     settings = dict(
         method=rule.name,

@@ -5,17 +5,24 @@ adds its parser and sets ``func`` (``args -> exit status``). Bad input of any ki
 ends with exit status 2 and one line ``samflow: error: ...`` on stderr, before any
 computation; a run that fails for another reason (network, disk, an output in use)
 ends with exit status 1 and one line ``samflow: failed: ...``.
+
+JAX is imported only by a command that computes, after its inputs are checked: the
+command modules import the engine inside their ``run``, and the image commands
+(:data:`LAZY_COMMANDS`) are only imported when named, so ``samflow --help`` and a bad
+command line answer at once.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
-from samflow import __version__, compile_cache
+from samflow import compile_cache
 from samflow.errors import InputError, RunFailure
+from samflow.version import __version__
 
 COMMAND_MODULES = (
     "samflow.commands.trajectory",
@@ -23,8 +30,16 @@ COMMAND_MODULES = (
     "samflow.commands.boundary",
     "samflow.commands.figures",
     "samflow.commands.demo",
-    "samflow.images.cli",
 )
+LAZY_COMMANDS = {
+    "cnn": (
+        "samflow.images.cli",
+        "train a CNN (or the diagonal network) on images with GD / SAM; Grad-CAM",
+    ),
+    "data": ("samflow.images.cli", "fetch image data sets"),
+}
+"""Commands whose module imports JAX at once: name -> (module, one-line help). Their
+module is imported only when the command is named; ``--help`` lists the line."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,7 +54,9 @@ class OneLineParser(argparse.ArgumentParser):
         raise InputError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; the modules of :data:`LAZY_COMMANDS` are imported only when ``argv``
+    names one of their commands (else each is listed by its help line)."""
     parser = OneLineParser(
         prog="samflow",
         description="Simulate GD and SAM (l2, linf, unnormalised) on linear diagonal "
@@ -47,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"samflow {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
-    for name in COMMAND_MODULES:
+    named = next((a for a in argv if not a.startswith("-")), None)
+    lazy = {LAZY_COMMANDS[named][0]} if named in LAZY_COMMANDS else set()
+    for name in (*COMMAND_MODULES, *lazy):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -55,25 +74,26 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    for command, (_, text) in LAZY_COMMANDS.items():
+        if command not in sub.choices:
+            sub.add_parser(command, help=text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    from samflow.devices import use_cpu_cores
-
-    use_cpu_cores()  # the command line owns its process: one JAX device per core
-    parser = build_parser()
     try:
-        _name_unknown_options(parser, argv)
+        parser = build_parser(argv)
+        _check_options(parser, argv)
         args = parser.parse_args(argv)
         args.command_line = "samflow " + " ".join(argv)
         compile_cache.enable(getattr(args, "compile_cache", None))
-        status = args.func(args)
+        with _cpu_cores():
+            status = args.func(args)
     except (InputError, FileNotFoundError) as err:
         print(f"samflow: error: {_one_line(err)}", file=sys.stderr)
         return 2
-    except (RunFailure, OSError) as err:
+    except (RunFailure, OSError, MemoryError) as err:
         print(f"samflow: failed: {_one_line(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -82,9 +102,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(status or 0)
 
 
-def _name_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+class _cpu_cores:
+    """The command line owns its process: one JAX device per CPU core
+    (:func:`samflow.devices.use_cpu_cores`), so that sweeps shard over every core.
+
+    JAX reads ``JAX_NUM_CPU_DEVICES`` when it is imported, which a command does only
+    once its inputs are checked; set for the command's duration (not the caller's,
+    when ``main`` runs inside another program), or through JAX's config when it is
+    already imported.
+    """
+
+    NAME = "JAX_NUM_CPU_DEVICES"
+
+    def __enter__(self) -> None:
+        self.set = False
+        if "jax" in sys.modules:
+            from samflow.devices import use_cpu_cores
+
+            use_cpu_cores()
+        elif self.NAME not in os.environ and "device_count" not in os.environ.get("XLA_FLAGS", ""):
+            os.environ[self.NAME] = str(os.cpu_count() or 1)
+            self.set = True
+
+    def __exit__(self, *exc) -> None:
+        if self.set:
+            del os.environ[self.NAME]
+
+
+def _check_options(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     """An unknown option is named before anything else is said about the command line
-    (argparse would first complain about missing required options)."""
+    (argparse would first complain about missing required options); an option given
+    twice is refused (argparse keeps the last silently), unless it is repeatable."""
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         raise InputError(f"unknown option {argv[0]!r} (options go after the command)")
     names, sub = [], parser
@@ -97,12 +145,22 @@ def _name_unknown_options(parser: argparse.ArgumentParser, argv: list[str]) -> N
         sub = commands[0].choices[rest[0]]
     if not names:
         return
-    known = set(sub._option_string_actions)
+    known = sub._option_string_actions
+    seen: dict[argparse.Action, str] = {}
     for token in argv[len(names) :]:
         if token == "--":
             break
-        if token.startswith("--") and token.split("=", 1)[0] not in known:
-            raise InputError(f"{' '.join(names)}: unknown option {token.split('=', 1)[0]!r}")
+        flag = token.split("=", 1)[0]
+        if token.startswith("--") and flag not in known:
+            raise InputError(f"{' '.join(names)}: unknown option {flag!r}")
+        action = known.get(flag) if token.startswith("-") else None
+        if action is None or isinstance(action, argparse._AppendAction):
+            continue
+        if action in seen:
+            raise InputError(
+                f"{' '.join(names)}: option {flag} given twice ({seen[action]} and {token})"
+            )
+        seen[action] = token
 
 
 def _one_line(err: BaseException) -> str:

@@ -26,11 +26,12 @@ import jax.numpy as jnp
 import optax
 from jax import Array, lax
 
+from samflow import inputs
 from samflow.errors import InputError
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete
 from samflow.steps import step
-from samflow.transform import _sam, apply_step
+from samflow.transform import apply_step, sam
 
 PyTree = Any
 
@@ -77,12 +78,25 @@ def fit(
 
     Raises:
         InputError: unknown method, bad or missing rho, a runner that is not
-            ``Discrete``, or a loss that is not a scalar (each named).
+            ``Discrete``, parameters that are not float arrays, records that would not
+            fit in memory, or a loss that is not a scalar (each named).
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)
-    if not isinstance(runner, Discrete):
-        raise InputError(f"fit needs a Discrete runner, got {runner!r}")
+    inputs.check_runner(runner, ("discrete",))
+    if not callable(loss_fn):
+        raise InputError(f"loss_fn must be a function of the parameters, got {loss_fn!r}")
+    leaves = jax.tree_util.tree_leaves(params)
+    if not leaves:
+        raise InputError("params holds no arrays")
+    for leaf in leaves:
+        kind = "f" if isinstance(leaf, float) else getattr(getattr(leaf, "dtype", None), "kind", 0)
+        if kind != "f":
+            raise InputError(f"params must hold float arrays, got {leaf!r}")
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise InputError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
+    # step and loss per record
+    inputs.check_bytes(f"fit with {runner.n_records()} records", 16 * runner.n_records())
     shape = jax.eval_shape(loss_fn, params).shape
     if shape != ():
         raise InputError(f"loss_fn must return a scalar, got shape {shape}")
@@ -124,7 +138,7 @@ def _fit(
 
         state0 = None
     else:
-        tx = _sam(optimizer, rho, rule)
+        tx = sam(optimizer, rho, rule)
 
         def one_step(_, carry):
             return apply_step(tx, *carry, grad)

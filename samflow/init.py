@@ -10,22 +10,23 @@ from __future__ import annotations
 import numpy as np
 
 from samflow.errors import InputError
+from samflow.inputs import check_alpha, check_depth, real_array
 
 
-def check_depth(depth: int) -> int:
-    if int(depth) != depth or depth < 1:
-        raise InputError(f"depth must be an integer >= 1, got {depth}")
-    return int(depth)
+def layer_rows(depth, n_layers: int) -> np.ndarray:
+    """``[C, n_layers, 1]`` bool: which rows are real layers for each depth of ``depth``
+    (a number or ``[C]``); the rest are padding (ones, see :mod:`samflow.model`)."""
+    depth = np.reshape(np.asarray(depth), (-1, 1, 1))
+    return np.arange(n_layers)[None, :, None] < depth
 
 
-def check_alpha(alpha: np.ndarray | float, name: str = "alpha") -> np.ndarray:
-    """Positive, finite initialisation scales."""
-    a = np.atleast_1d(np.asarray(alpha, dtype=np.float64))
-    if not np.all(np.isfinite(a)):
-        raise InputError(f"{name} must be finite, got {a.tolist()}")
-    if np.any(a <= 0):
-        raise InputError(f"{name} must be > 0, got {a.tolist()}")
-    return a
+def pad_layers(theta: np.ndarray, n_layers: int) -> np.ndarray:
+    """``theta`` ``[..., L, d]`` padded with layers of ones to ``[..., n_layers, d]``."""
+    theta = np.asarray(theta, dtype=np.float64)
+    *lead, L, d = theta.shape
+    if L > n_layers:
+        raise InputError(f"depth {L} exceeds the padded depth {n_layers}")
+    return np.concatenate([theta, np.ones((*lead, n_layers - L, d))], axis=-2)
 
 
 def balanced(alpha: np.ndarray | float, d: int, depth: int, n_layers: int | None = None):
@@ -38,23 +39,15 @@ def balanced(alpha: np.ndarray | float, d: int, depth: int, n_layers: int | None
     a = check_alpha(alpha)
     if a.size not in (1, d):
         raise InputError(f"alpha has {a.size} entries but mu has d = {d}")
-    theta = np.ones((n_layers, d))
-    theta[:depth] = np.broadcast_to(a, (d,))
-    return theta
+    return pad_layers(np.broadcast_to(a, (depth, d)), n_layers)
 
 
 def from_array(theta0: np.ndarray, d: int, n_layers: int | None = None) -> np.ndarray:
     """A given ``[L, d]`` initialisation, padded to ``[n_layers, d]`` with ones."""
-    theta0 = np.asarray(theta0, dtype=np.float64)
-    if theta0.ndim != 2:
-        raise InputError(f"theta0 must have shape (L, d), got {theta0.shape}")
+    theta0 = real_array("theta0", theta0, ndim=2)
     if theta0.shape[1] != d:
         raise InputError(f"theta0 has d = {theta0.shape[1]} but mu/data has d = {d}")
-    if not np.all(np.isfinite(theta0)):
-        raise InputError("theta0 contains NaN or inf")
-    L = theta0.shape[0]
-    n_layers = L if n_layers is None else n_layers
-    return np.concatenate([theta0, np.ones((n_layers - L, d))], axis=0)
+    return pad_layers(theta0, theta0.shape[0] if n_layers is None else n_layers)
 
 
 def random_scales(

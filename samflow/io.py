@@ -7,10 +7,12 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import xarray as xr
+from samflow.errors import InputError, RunFailure
 
-from samflow.errors import InputError
+if TYPE_CHECKING:  # the output checks run before xarray (and JAX) are imported
+    import xarray as xr
 
 FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
 NETCDF_SUFFIXES = (".nc", ".nc4", ".cdf")
@@ -37,6 +39,8 @@ def check_output(path: str | os.PathLike, suffixes: tuple[str, ...] | None = Non
 
 def check_folder(folder: str | os.PathLike, what: str | None = None) -> Path:
     """``folder`` exists as a writable folder or can be made; InputError otherwise."""
+    if folder is None or str(folder).strip() == "":
+        raise InputError(f"{what or 'the output folder'} is empty")
     folder = Path(folder)
     what = what or f"folder {str(folder)!r}"
     existing = folder
@@ -89,7 +93,10 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     from samflow.schema import encoding  # here: the schema imports JAX, io is imported early
 
     enc = encoding(ds)
-    return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4", encoding=enc))
+    try:
+        return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4", encoding=enc))
+    except RuntimeError as err:  # netCDF4 reports a full disk as "NetCDF: HDF error"
+        raise RunFailure(f"writing {path} failed: {err} (is the disk full?)") from err
 
 
 def save_figure(fig, path: str | os.PathLike) -> Path:

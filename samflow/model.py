@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from samflow.errors import InputError
 from samflow.layout import prod_rows, sum_rows
 
 
@@ -58,14 +57,6 @@ def layer_mask(depth: int | Array, n_layers: int, dtype=None) -> Array:
     depth = jnp.asarray(depth)
     layers = jnp.arange(n_layers).reshape(n_layers, 1, *(1,) * depth.ndim)
     return (layers < depth).astype(dtype if dtype is not None else jnp.result_type(float))
-
-
-def pad_theta(theta: Array, n_layers: int) -> Array:
-    """Pad ``theta`` ``[L, d]`` to ``[n_layers, d]`` with layers of ones."""
-    L, d = theta.shape
-    if L > n_layers:
-        raise ValueError(f"depth {L} exceeds the padded depth {n_layers}")
-    return jnp.concatenate([theta, jnp.ones((n_layers - L, d), theta.dtype)], axis=0)
 
 
 def beta(theta: Array) -> Array:
@@ -151,37 +142,3 @@ def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Arra
     if problem.X.shape[0] != 1:
         raise ValueError("ascent_direction needs exactly one data point")
     return _masked(-(problem.y[0] * problem.X[0])[None] * exclusive_products(theta), mask)
-
-
-def make_problem(mu=None, data=None) -> Problem:
-    """The data set of a run, validated: one point ``mu`` or ``data = (X, y)``.
-
-    ``mu`` ``[d]`` finite and > 0 (the point ``x = mu``, ``y = +1``); ``data`` a pair of
-    ``X`` ``[n, d]`` finite and ``y`` ``[n]`` in {-1, +1}. Exactly one of the two.
-    Returns NumPy float64 arrays. InputError naming the bad value otherwise.
-    """
-    if (mu is None) == (data is None):
-        raise InputError("give exactly one of mu (one point) and data (X, y)")
-    if mu is not None:
-        try:
-            mu = np.asarray(mu, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise InputError(f"mu must be numbers, got {mu!r}") from None
-        if mu.ndim != 1 or mu.size == 0:
-            raise InputError(f"mu must be a non-empty vector, got shape {mu.shape}")
-        if not np.all(np.isfinite(mu)):
-            raise InputError(f"mu contains NaN or inf: {mu.tolist()}")
-        if np.any(mu <= 0):
-            raise InputError(f"mu entries must be > 0, got {mu.tolist()}")
-        return Problem(mu[None, :], np.ones(1))
-    try:
-        X, y = (np.asarray(a, dtype=np.float64) for a in data)
-    except (TypeError, ValueError):
-        raise InputError("data must be a pair (X, y) of numeric arrays") from None
-    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-        raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
-        raise InputError("data contains NaN or inf")
-    if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise InputError(f"data: labels must be -1 or +1, got {np.unique(y).tolist()}")
-    return Problem(X, y)

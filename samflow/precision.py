@@ -16,20 +16,13 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-DTYPES = ("float64", "float32")
-
-
-def check_dtype(dtype: str) -> np.dtype:
-    """``np.dtype`` of ``dtype``; ValueError naming it unless float64 or float32."""
-    if str(dtype) not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose float64 or float32")
-    return np.dtype(str(dtype))
+from samflow.inputs import check_dtype
 
 
 @contextlib.contextmanager
 def precision(dtype: str = "float64") -> Iterator[np.dtype]:
     """Context in which arrays of ``dtype`` can be made; float64 enables x64 locally."""
-    dt = check_dtype(dtype)
+    dt = np.dtype(check_dtype(dtype))
     if dt == np.float64:
         with jax.enable_x64(True):
             yield dt

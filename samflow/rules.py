@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from samflow import inputs
 from samflow.errors import InputError
 from samflow.layout import sum_leading
 
@@ -159,6 +160,24 @@ class PerturbationRule:
     scale_invariant: bool = False
     balanced: BalancedFlow | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InputError(f"a rule's name must be a non-empty string, got {self.name!r}")
+        if self.direction is not None and not callable(self.direction):
+            raise InputError(
+                f"rule {self.name}: direction must be a function (g, batch_ndim) -> eps "
+                f"or None, got {self.direction!r}"
+            )
+        if not isinstance(self.scale_invariant, bool):
+            raise InputError(
+                f"rule {self.name}: scale_invariant must be True or False, "
+                f"got {self.scale_invariant!r}"
+            )
+        if self.balanced is not None and not isinstance(self.balanced, BalancedFlow):
+            raise InputError(
+                f"rule {self.name}: balanced must be a BalancedFlow or None, got {self.balanced!r}"
+            )
+
     @property
     def needs_rho(self) -> bool:
         """Whether the rule perturbs (and so needs a radius rho)."""
@@ -178,7 +197,8 @@ SAM_LINF = PerturbationRule("sam-linf", _linf_direction, True, BalancedFlow("lin
 USAM = PerturbationRule("usam", _usam_direction, False, _log_form(_usam_log_c))
 
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
-METHODS: tuple[str, ...] = tuple(RULES)
+METHODS: tuple[str, ...] = tuple(inputs.METHODS)
+"""The names of the built-in rules (listed, without JAX, in :data:`samflow.inputs.METHODS`)."""
 
 
 def get_rule(method: str | PerturbationRule) -> PerturbationRule:
@@ -195,15 +215,6 @@ def get_rule(method: str | PerturbationRule) -> PerturbationRule:
 
 
 def check_rho(rule: PerturbationRule, rho) -> float:
-    """Validated ``rho`` for ``rule``: required (finite, >= 0) when the rule perturbs.
-
-    A rule without ascent step ignores rho (0 is returned when none is given).
-    """
-    if rho is None:
-        if rule.needs_rho:
-            raise InputError(f"method {rule.name} needs rho")
-        return 0.0
-    rho = float(rho)
-    if not (rho == rho and abs(rho) != float("inf")) or rho < 0:
-        raise InputError(f"rho must be a finite number >= 0, got {rho}")
-    return rho
+    """Validated ``rho`` for ``rule``: required (finite, >= 0) when the rule perturbs;
+    None or 0 for a rule without ascent step (0 is returned)."""
+    return inputs.check_rho(rule, rho)

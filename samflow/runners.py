@@ -18,35 +18,21 @@ from typing import ClassVar
 import numpy as np
 
 from samflow.errors import InputError
+from samflow.inputs import integer, positive, real, real_array
 
 MAX_STEPS = 2**62
 """Step counters are int64; a bound well inside it keeps every sum of them exact."""
+TAU_MIN_SHARE = 1e-4
+"""A flow's first positive save time, as a share of its horizon, unless given."""
 SOLVERS = ("tsit5", "dopri5", "dopri8", "heun", "kvaerno5")
 FORMULATIONS = ("auto", "log", "linf", "linear")
 
 
-def _positive_int(name: str, value) -> int:
-    try:
-        whole = int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{name} must be an integer >= 1, got {value}") from None
-    if isinstance(value, bool) or whole != value or value < 1:
-        raise InputError(f"{name} must be an integer >= 1, got {value}")
-    return int(value)
-
-
-def _positive_float(name: str, value) -> float:
-    value = float(value)
-    if not (np.isfinite(value) and value > 0):
-        raise InputError(f"{name} must be a finite number > 0, got {value}")
-    return value
-
-
 def _strictly_increasing(name: str, values, first=0) -> tuple:
-    a = np.asarray(values)
+    a = real_array(name, values)
     if a.ndim != 1 or a.size < 2:
         raise InputError(f"{name} must hold at least two times, got {values!r}")
-    if not np.all(np.isfinite(a)) or a[0] != first or np.any(np.diff(a) <= 0):
+    if a[0] != first or np.any(np.diff(a) <= 0):
         raise InputError(f"{name} must start at {first} and increase strictly, got {a.tolist()}")
     return tuple(a.tolist())
 
@@ -74,7 +60,7 @@ class Discrete:
     mode: ClassVar[str] = "discrete"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "eta", _positive_float("eta", self.eta))
+        object.__setattr__(self, "eta", positive("eta", self.eta))
         given = [
             name.replace("_", "-")
             for name in ("record_every", "log_records", "record_steps")
@@ -88,13 +74,21 @@ class Discrete:
                 raise InputError(f"record-steps must be integers, got {list(steps)}")
             object.__setattr__(self, "record_steps", tuple(int(s) for s in steps))
             object.__setattr__(self, "steps", self.record_steps[-1])
-        object.__setattr__(self, "steps", _positive_int("steps", self.steps))
-        if self.steps >= MAX_STEPS:
-            raise InputError(f"steps must be below 2^62, got {self.steps}")
+        # Step counters are int64; a bound well inside it keeps every sum of them exact.
+        object.__setattr__(self, "steps", integer("steps", self.steps, 1, MAX_STEPS - 1))
         for name in ("record_every", "log_records"):
             if getattr(self, name) is not None:
-                value = _positive_int(name.replace("_", "-"), getattr(self, name))
+                value = integer(name.replace("_", "-"), getattr(self, name))
                 object.__setattr__(self, name, value)
+
+    def n_records(self) -> int:
+        """How many records :meth:`times` gives at most (counted, not made)."""
+        if self.record_steps is not None:
+            return len(self.record_steps)
+        if self.log_records is not None:
+            return min(self.log_records, self.steps) + 1
+        every = self.record_every or max(1, self.steps // 100)
+        return self.steps // every + 2
 
     def times(self) -> np.ndarray:
         """Step indices of the records ``[T]`` int64: 0, ..., ``steps`` (increasing)."""
@@ -124,7 +118,7 @@ class Flow:
     Attributes:
         tau_max: horizon (> 0).
         n_save: number of saved times, 0 and ``n_save - 1`` log-spaced ones.
-        tau_min: first positive save time (default ``tau_max * 1e-4``).
+        tau_min: first positive save time (default ``tau_max * TAU_MIN_SHARE``).
         rtol, atol: tolerances of the PID step-size controller.
         solver: one of :data:`SOLVERS`.
         max_steps: cap on solver steps; reaching it is reported as a failure.
@@ -152,19 +146,16 @@ class Flow:
             object.__setattr__(self, "save_tau", tuple(float(t) for t in taus))
             object.__setattr__(self, "tau_max", taus[-1])
             object.__setattr__(self, "n_save", len(taus))
-        object.__setattr__(self, "tau_max", _positive_float("tau-max", self.tau_max))
-        n_save = _positive_int("n-save", self.n_save)
-        if n_save < 2:
-            raise InputError(f"n-save must be >= 2, got {n_save}")
-        object.__setattr__(self, "n_save", n_save)
+        object.__setattr__(self, "tau_max", positive("tau-max", self.tau_max))
+        object.__setattr__(self, "n_save", integer("n-save", self.n_save, 2))
         if self.tau_min is not None:
-            tau_min = float(self.tau_min)
+            tau_min = real("tau-min", self.tau_min)
             if not (0 < tau_min < self.tau_max):
                 raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
             object.__setattr__(self, "tau_min", tau_min)
-        object.__setattr__(self, "rtol", _positive_float("rtol", self.rtol))
-        object.__setattr__(self, "atol", _positive_float("atol", self.atol))
-        object.__setattr__(self, "max_steps", _positive_int("max-steps", self.max_steps))
+        object.__setattr__(self, "rtol", positive("rtol", self.rtol))
+        object.__setattr__(self, "atol", positive("atol", self.atol))
+        object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
         if self.solver not in SOLVERS:
             raise InputError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
         if self.formulation not in FORMULATIONS:
@@ -172,19 +163,27 @@ class Flow:
                 f"unknown formulation {self.formulation!r}; choose from {', '.join(FORMULATIONS)}"
             )
 
+    def n_records(self) -> int:
+        """How many records :meth:`times` gives."""
+        return self.n_save
+
+    @property
+    def first_save(self) -> float:
+        """The first positive save time: ``tau_min``, or ``tau_max * TAU_MIN_SHARE``."""
+        return self.tau_max * TAU_MIN_SHARE if self.tau_min is None else self.tau_min
+
     def times(self) -> np.ndarray:
         """Saved times ``[T]`` float64: 0, then log-spaced from ``tau_min`` to ``tau_max``."""
         if self.save_tau is not None:
             return np.asarray(self.save_tau, np.float64)
-        tau_min = self.tau_max * 1e-4 if self.tau_min is None else self.tau_min
-        return np.concatenate([[0.0], np.geomspace(tau_min, self.tau_max, self.n_save - 1)])
+        return np.concatenate([[0.0], np.geomspace(self.first_save, self.tau_max, self.n_save - 1)])
 
     def attrs(self) -> dict:
         """The settings as file attributes (the full solver configuration)."""
         out = {
             "tau_max": self.tau_max,
             "n_save": self.n_save,
-            "tau_min": self.tau_max * 1e-4 if self.tau_min is None else self.tau_min,
+            "tau_min": self.first_save,
             "solver": self.solver,
             "rtol": self.rtol,
             "atol": self.atol,

@@ -263,7 +263,7 @@ def library_versions() -> dict[str, str]:
     """Versions of samflow and of the libraries its numbers come from."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from samflow import __version__  # at call time: samflow/__init__ has set it
+    from samflow.version import __version__
 
     out = {"samflow_version": __version__}
     for name in LIBRARIES:

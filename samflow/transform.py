@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import optax
 
 from samflow.errors import InputError
@@ -71,13 +72,8 @@ def sam(
         InputError: unknown rule, or a bad or missing ``rho`` (naming the value).
     """
     rule = get_rule(rule)
-    return _sam(base, check_rho(rule, rho), rule)
-
-
-def _sam(
-    base: optax.GradientTransformation, rho, rule: PerturbationRule
-) -> optax.GradientTransformationExtraArgs:
-    """:func:`sam` without validation: ``rho`` may be traced (checked by the caller)."""
+    if not isinstance(rho, jax.core.Tracer):  # a traced rho is checked where it is given
+        rho = check_rho(rule, rho)
     base = optax.with_extra_args_support(base)
 
     def update(

@@ -13,7 +13,6 @@ from samflow.commands.common import (
     float_list,
     problem_from_args,
     runner_from_args,
-    unless_varied,
 )
 from samflow.errors import InputError
 
@@ -68,14 +67,12 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"axis {axis.name} given twice")
         axes[axis.name] = axis.values
     lo_hi = float_list(args.alpha_range, "alpha-range")
-    if lo_hi.size != 2:
-        raise InputError(f"alpha-range must be LOW,HIGH, got {args.alpha_range!r}")
     ds = boundary(
         args.method,
         depth=args.depth,
         **problem,
         axes=axes,
-        rho=unless_varied(args, "rho", axes),
+        rho=args.rho,
         runner=runner_from_args(args),
         alpha_range=tuple(lo_hi),
         rtol_alpha=args.rtol_alpha,

@@ -1,8 +1,9 @@
 """Argument parsing shared by the subcommands.
 
-Defaults come from :mod:`samflow.runners` (defined there once); values are checked by
-the library (:func:`samflow.trajectory`, :func:`samflow.sweep`), whose
-``InputError`` the command line prints as one line with exit status 2.
+The command line only parses: defaults come from :mod:`samflow.runners` and
+:mod:`samflow.inputs` (defined there once), values are checked by the library
+(:meth:`samflow.sweeps.spec.SweepSpec.from_inputs`, without JAX), whose ``InputError``
+the command line prints as one line with exit status 2. Nothing here imports JAX.
 """
 
 from __future__ import annotations
@@ -13,21 +14,31 @@ import zipfile
 
 import numpy as np
 
+from samflow import inputs
 from samflow.errors import InputError
-from samflow.rules import METHODS
 from samflow.runners import SOLVERS, Discrete, Flow, default
+
+
+def parse_list(text: str, name: str) -> list[str]:
+    """The items of a comma list ``"a,b,c"``, stripped; InputError naming ``name`` for an
+    empty list or an empty item (``"1,,2"``, ``"1,2,"``: a typo, never silently dropped)."""
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip():
+        raise InputError(f"{name} is empty")
+    if any(not item for item in items):
+        raise InputError(f"{name} has an empty item: {text!r}")
+    return items
 
 
 def float_list(text: str, name: str) -> np.ndarray:
     """Parse ``"1,2,3"`` into finite floats; InputError naming ``name`` otherwise."""
+    items = parse_list(text, name)
     try:
         if not text.isascii():  # float() takes other scripts' digits: '١' is 1
             raise ValueError(text)
-        values = np.array([float(v) for v in text.split(",") if v.strip() != ""])
+        values = np.array([float(v) for v in items])
     except ValueError:
         raise InputError(f"{name} must be comma-separated numbers, got {text!r}") from None
-    if values.size == 0:
-        raise InputError(f"{name} is empty")
     if not np.all(np.isfinite(values)):
         raise InputError(f"{name} contains NaN or inf: {text!r}")
     return values
@@ -64,93 +75,85 @@ def integer(name: str):
     return parse
 
 
+def load_array(path: str, what: str) -> np.ndarray:
+    """The array in the ``.npy`` file ``path`` (``what`` names it in errors); its values
+    are checked by the library."""
+    if not os.path.isfile(path):
+        raise InputError(f"{what} file not found: {path}")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:  # EOFError: an empty file
+        raise InputError(f"cannot read {what} file {path}: {_first_line(err)}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
 def load_npz_problem(path: str) -> tuple[np.ndarray, np.ndarray]:
     """``(X, y)`` from an ``.npz`` holding ``X`` ``[n, d]`` and ``y`` ``[n]``.
 
     Only the file is checked here; the values are checked by
-    :func:`samflow.model.make_problem`.
+    :func:`samflow.inputs.check_problem`.
     """
-    if not os.path.exists(path):
+    if not os.path.isfile(path):
         raise InputError(f"data file not found: {path}")
     try:
         with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise InputError(f"data file {path} is one array, not an .npz with X and y")
             missing = [k for k in ("X", "y") if k not in f.files]
             if missing:
                 raise InputError(f"data file {path} lacks array(s) {', '.join(missing)}")
-            return np.asarray(f["X"], dtype=np.float64), np.asarray(f["y"], dtype=np.float64)
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
+            return np.asarray(f["X"]), np.asarray(f["y"])
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         if isinstance(err, InputError):
             raise
-        raise InputError(f"cannot read data file {path}: {err}") from None
+        raise InputError(f"cannot read data file {path}: {_first_line(err)}") from None
 
 
 def add_problem_args(p: argparse.ArgumentParser) -> None:
     """Method, depth, problem and runner options (defaults from the runners)."""
-
-    def d(runner, name):
-        return default(runner, name)
-
-    p.add_argument("--method", required=True, choices=METHODS, help="optimizer")
-    p.add_argument("--depth", required=True, type=integer("depth"), help="number of layers L >= 1")
+    p.add_argument("--method", required=True, choices=tuple(inputs.METHODS), help="optimizer")
+    p.add_argument(
+        "--depth",
+        required=True,
+        type=integer("depth"),
+        help=f"number of layers L, 1..{inputs.MAX_LAYERS}",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--mu", help="one data point x = mu, y = +1: comma-separated, > 0")
     src.add_argument("--data", help=".npz with X (n, d) and y (n,) in {-1, +1}")
-    p.add_argument("--rho", type=finite_float("rho"), help="SAM radius (required for SAM)")
+    p.add_argument(
+        "--rho", type=finite_float("rho"), help="SAM radius (required for SAM; not for gd)"
+    )
     p.add_argument("--mode", choices=("discrete", "flow"), default="discrete")
-    p.add_argument(
-        "--eta", type=finite_float("eta"), default=d(Discrete, "eta"), help="step size (discrete)"
-    )
-    p.add_argument(
-        "--steps",
-        type=integer("steps"),
-        default=d(Discrete, "steps"),
-        help="number of steps (discrete)",
-    )
-    p.add_argument(
-        "--record-every",
-        type=integer("record-every"),
-        help="record every K steps (default steps/100)",
-    )
-    p.add_argument(
-        "--log-records",
-        type=integer("log-records"),
-        help="instead: this many log-spaced records (discrete)",
-    )
-    p.add_argument(
-        "--tau-max", type=finite_float("tau-max"), default=d(Flow, "tau_max"), help="flow horizon"
-    )
-    p.add_argument(
-        "--tau-min", type=finite_float("tau-min"), help="first save time (flow; tau-max * 1e-4)"
-    )
-    p.add_argument(
-        "--n-save",
-        type=integer("n-save"),
-        default=d(Flow, "n_save"),
-        help="log-spaced save times (flow)",
-    )
-    p.add_argument(
-        "--formulation",
-        default=d(Flow, "formulation"),
-        help="flow: auto, log, linf or linear (docs/theory.md §3)",
-    )
-    p.add_argument("--solver", default=d(Flow, "solver"), help=f"flow: {', '.join(SOLVERS)}")
-    p.add_argument(
-        "--rtol", type=finite_float("rtol"), default=d(Flow, "rtol"), help="flow tolerance"
-    )
-    p.add_argument(
-        "--atol", type=finite_float("atol"), default=d(Flow, "atol"), help="flow tolerance"
-    )
-    p.add_argument(
-        "--max-steps",
-        type=integer("max-steps"),
-        default=d(Flow, "max_steps"),
-        help="flow: solver step cap",
-    )
-    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    # No argparse defaults for the runners' options: an option given for the other mode
+    # is refused (runner_from_args), and an absent one takes the runner's own default.
+    options = {
+        "eta": (finite_float, Discrete, "step size (discrete)"),
+        "steps": (integer, Discrete, "number of steps (discrete)"),
+        "record-every": (integer, None, "record every K steps (discrete; default steps/100)"),
+        "log-records": (integer, None, "instead: this many log-spaced records (discrete)"),
+        "tau-max": (finite_float, Flow, "flow horizon"),
+        "tau-min": (finite_float, None, "first save time (flow; default tau-max * 1e-4)"),
+        "n-save": (integer, Flow, "log-spaced save times (flow)"),
+        "formulation": (str, Flow, "flow: auto, log, linf or linear (docs/theory.md §3)"),
+        "solver": (str, Flow, f"flow: {', '.join(SOLVERS)}"),
+        "rtol": (finite_float, Flow, "flow tolerance"),
+        "atol": (finite_float, Flow, "flow tolerance"),
+        "max-steps": (integer, Flow, "flow: solver step cap"),
+    }
+    for flag, (kind, runner, text) in options.items():
+        if runner is not None:
+            text += f" (default {default(runner, flag.replace('-', '_'))})"
+        p.add_argument(f"--{flag}", type=str if kind is str else kind(flag), help=text)
+    p.add_argument("--dtype", choices=inputs.DTYPES, default="float64")
     p.add_argument(
         "--collapse-factor",
         type=finite_float("collapse-factor"),
-        default=1e-3,
+        default=inputs.COLLAPSE_FACTOR,
         help="collapse when ||beta||_1 at the horizon < factor * ||beta(0)||_1",
     )
 
@@ -168,42 +171,24 @@ def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
     )
 
 
+DISCRETE_OPTIONS = ("eta", "steps", "record_every", "log_records")
+FLOW_OPTIONS = ("tau_max", "tau_min", "n_save", "formulation", "solver", "rtol", "atol")
+FLOW_OPTIONS += ("max_steps",)
+
+
 def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
-    """The runner the options describe. Both runners are made, so that a bad value of
-    the other mode's options is an error too (never silently ignored)."""
-    discrete = Discrete(
-        eta=args.eta,
-        steps=args.steps,
-        record_every=args.record_every,
-        log_records=getattr(args, "log_records", None),
-    )
-    flow = Flow(
-        tau_max=args.tau_max,
-        n_save=args.n_save,
-        tau_min=args.tau_min,
-        rtol=args.rtol,
-        atol=args.atol,
-        solver=args.solver,
-        max_steps=args.max_steps,
-        formulation=args.formulation,
-    )
-    return discrete if args.mode == "discrete" else flow
-
-
-def unless_varied(args: argparse.Namespace, name: str, axes) -> float | None:
-    """The value of option ``--name`` for the library, or None when an axis varies it.
-
-    A value given beside its axis is still checked (a bad value is an error even where
-    the axis makes it unused): ``rho >= 0``, ``alpha > 0``.
-    """
-    from samflow.init import check_alpha
-    from samflow.rules import SAM_L2, check_rho
-
-    value = getattr(args, name)
-    if value is not None:
-        check_rho(SAM_L2, value) if name == "rho" else check_alpha(value)
-    varied = {"alpha": {"alpha", "seed"}, "rho": {"rho"}}[name] & set(axes)
-    return None if varied else value
+    """The runner the options describe. An option of the other mode is refused (it would
+    be silently unused); the runner checks its own values."""
+    discrete = args.mode == "discrete"
+    unused = FLOW_OPTIONS if discrete else DISCRETE_OPTIONS
+    given = [n for n in unused if getattr(args, n, None) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise InputError(f"{flag} is an option of --mode {'flow' if discrete else 'discrete'}")
+    kind = Discrete if discrete else Flow
+    names = DISCRETE_OPTIONS if discrete else FLOW_OPTIONS
+    given = {n: getattr(args, n, None) for n in names}
+    return kind(**{n: v for n, v in given.items() if v is not None})
 
 
 def problem_from_args(args: argparse.Namespace) -> dict:

@@ -12,11 +12,12 @@ from samflow.commands.common import (
     finite_float,
     float_list,
     integer,
+    load_array,
     problem_from_args,
     runner_from_args,
-    unless_varied,
 )
 from samflow.errors import InputError
+from samflow.inputs import DEFAULT_CHUNK, PLATEAU_FRACTION, SEED_ALPHA_RANGE
 
 
 def register(sub) -> None:
@@ -42,16 +43,18 @@ def register(sub) -> None:
     p.add_argument("--mu-file", help="for --axis mu: .npy or text file of mu vectors (k, d)")
     p.add_argument(
         "--alpha-range",
-        default="0.05,5",
+        default=",".join(f"{v:g}" for v in SEED_ALPHA_RANGE),
         help="for --axis seed: alpha_j log-uniform in LOW,HIGH",
     )
     p.add_argument(
         "--plateau-fraction",
         type=finite_float("plateau-fraction"),
-        default=0.5,
+        default=PLATEAU_FRACTION,
         help="plateau ends when the loss falls to this fraction of its initial value",
     )
-    p.add_argument("--chunk", type=integer("chunk"), default=16384, help="grid points per chunk")
+    p.add_argument(
+        "--chunk", type=integer("chunk"), default=DEFAULT_CHUNK, help="grid points per chunk"
+    )
     p.add_argument(
         "--save-trajectories", action="store_true", help="also keep beta(time, coord) per point"
     )
@@ -65,11 +68,16 @@ def register(sub) -> None:
 
 
 def _mu_file(path: str) -> np.ndarray:
+    """The mu vectors ``[k, d]`` of a ``.npy`` or comma-separated text file (the values are
+    checked by the library)."""
+    if path.endswith(".npy"):
+        return np.atleast_2d(load_array(path, "mu"))
     try:
-        rows = np.load(path) if path.endswith(".npy") else np.loadtxt(path, delimiter=",", ndmin=2)
+        return np.loadtxt(path, delimiter=",", ndmin=2)
+    except FileNotFoundError:
+        raise InputError(f"mu file not found: {path}") from None
     except (OSError, ValueError) as err:
-        raise InputError(f"cannot read mu file {path}: {err}") from None
-    return np.atleast_2d(rows)
+        raise InputError(f"cannot read mu file {path}: {str(err).splitlines()[0]}") from None
 
 
 def sweep_kwargs(args: argparse.Namespace) -> dict:
@@ -90,16 +98,16 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
         raise InputError("axis mu needs --mu (one point), not --data")
     if "mu" in axes and not args.mu_file:
         raise InputError("axis mu needs --mu-file with the mu vectors")
+    if args.mu_file and "mu" not in axes:
+        raise InputError(f"--mu-file {args.mu_file} is given but no --axis mu indexes it")
     lo_hi = float_list(args.alpha_range, "alpha-range")
-    if lo_hi.size != 2:
-        raise InputError(f"alpha-range must be LOW,HIGH, got {args.alpha_range!r}")
     return dict(
         method=args.method,
         depth=args.depth,
         **problem,
         axes=axes,
-        rho=unless_varied(args, "rho", axes),
-        alpha=unless_varied(args, "alpha", axes),
+        rho=args.rho,
+        alpha=args.alpha,
         runner=runner_from_args(args),
         dtype=args.dtype,
         chunk=args.chunk,

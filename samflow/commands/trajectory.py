@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
-
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
     finite_float,
     float_list,
+    load_array,
     problem_from_args,
     runner_from_args,
 )
-from samflow.errors import InputError
 
 
 def register(sub) -> None:
@@ -35,15 +33,6 @@ def register(sub) -> None:
     p.add_argument("--save-theta", action="store_true", help="also record theta over time")
     add_output_args(p)
     p.set_defaults(func=run)
-
-
-def _theta0_file(path: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"theta0 file not found: {path}") from None
-    except (OSError, ValueError) as err:
-        raise InputError(f"cannot read theta0 file {path}: {err}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         alpha_per_coord=None
         if args.alpha_per_coord is None
         else float_list(args.alpha_per_coord, "alpha-per-coord"),
-        theta0=None if args.theta0 is None else _theta0_file(args.theta0),
+        theta0=None if args.theta0 is None else load_array(args.theta0, "theta0"),
         rho=args.rho,
         runner=runner_from_args(args),
         dtype=args.dtype,

@@ -23,8 +23,9 @@ import xarray as xr
 
 from samflow import devices
 from samflow.engine import run_points
-from samflow.rules import get_rule
-from samflow.runners import Discrete, Flow
+from samflow.errors import InputError
+from samflow.init import layer_rows, pad_layers
+from samflow.runners import TAU_MIN_SHARE, Discrete, Flow
 from samflow.sweeps.axes import Axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import assemble, chunk_dataset, chunk_plan, sweep_attrs
@@ -63,15 +64,19 @@ def figure_spec(
         runner = Discrete(eta=eta, steps=steps, record_every=record_every)
     else:
         runner = Flow(tau_max=tau_max, n_save=n_save, **FLOW_SETTINGS)
-    return SweepSpec(
-        rule=get_rule(method),
+    axes = tuple(axes)
+    for axis in axes:
+        if not isinstance(axis, Axis):
+            raise InputError(f"figure axes must be Axis objects, got {axis!r}")
+    return SweepSpec.from_inputs(
+        method,
         runner=runner,
         depth=depth,
-        axes=tuple(axes),
-        alpha=alpha,
+        axes={a.name: a.values for a in axes},
+        alpha=None if {"alpha", "seed"} & {a.name for a in axes} else alpha,
         rho=rho,
-        mu=() if data else tuple(mu),
-        data=data,
+        mu=None if data else mu,
+        data=data or None,
         save_trajectories=save_trajectories,
     )
 
@@ -113,7 +118,7 @@ def sweep(
     """
     n_layers = spec.n_layers if layers is None else layers
     if n_layers < spec.n_layers:
-        raise ValueError(f"layers = {n_layers} is below the sweep's depth {spec.n_layers}")
+        raise InputError(f"layers = {n_layers} is below the sweep's depth {spec.n_layers}")
     keep_beta = spec.save_trajectories
     # Always keep beta and allow padding rows: sweeps with and without share a program.
     spec = replace(at_times(spec, times), save_trajectories=True, pad_layers=n_layers)
@@ -127,8 +132,7 @@ def sweep(
         for key, value in (overrides or {}).items():
             value = np.asarray(value, dtype=np.float64)[padded]
             if key == "theta0":  # given with the spec's own layers: pad to n_layers
-                pad = np.ones((batch, n_layers - value.shape[1], value.shape[2]))
-                value = np.concatenate([value, pad], axis=1)
+                value = pad_layers(value, n_layers)
             points = points._replace(**{key: value})
         out = run_points(setup, points, spec.times())
         if not keep_beta:
@@ -141,7 +145,7 @@ def sweep(
 def flow_times(tau_max: float, quick: bool, tau_min: float | None = None) -> np.ndarray:
     """0 and log-spaced ``tau`` up to ``tau_max``, in the standard number of records."""
     n = QUICK_FLOW_RECORDS if quick else FULL_FLOW_RECORDS
-    tau_min = tau_max * 1e-4 if tau_min is None else tau_min
+    tau_min = tau_max * TAU_MIN_SHARE if tau_min is None else tau_min
     return np.concatenate([[0.0], np.geomspace(tau_min, tau_max, n - 1)])
 
 
@@ -204,8 +208,7 @@ def up_to_blowup(
     T = float(stop[blew].max())
     c = np.where(blew, (np.where(blew, stop, T) / T) ** (1.0 / np.maximum(depth - 2, 1)), 1.0)
     theta0 = inputs.theta0
-    rows = np.arange(theta0.shape[1])[None, :, None] < depth[:, None, None]
-    theta0 = np.where(rows, theta0 * c[:, None, None], 1.0)
+    theta0 = np.where(layer_rows(depth, theta0.shape[1]), theta0 * c[:, None, None], 1.0)
     rerun = sweep(
         spec,
         quick=quick,

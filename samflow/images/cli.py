@@ -13,7 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from samflow.commands.common import add_output_args, finite_float, float_list, integer
+from samflow.commands.common import (
+    add_output_args,
+    finite_float,
+    float_list,
+    integer,
+    parse_list,
+)
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
@@ -190,9 +196,9 @@ def register(subparsers) -> None:
 
 
 def _methods(text: str) -> list[str]:
-    methods = [m.strip() for m in text.split(",") if m.strip()]
+    methods = parse_list(text, "--method")
     unknown = [m for m in methods if m not in METHODS]
-    if not methods or unknown:
+    if unknown:
         raise InputError(f"--method: unknown {unknown or text!r}; choose from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise InputError(f"--method lists a method twice: {text!r}")

@@ -19,6 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from samflow.errors import InputError
+from samflow.inputs import MAX_LAYERS, check_bytes, real_array
+
+POINT_BYTES = 128
+"""The least a grid point's result holds (its summaries): an axis longer than the
+machine's memory allows at that rate is refused before its values are made."""
 
 FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
 INTEGER_AXES = ("depth", "seed", "mu")
@@ -47,14 +52,11 @@ def _check_name(name: str, d: int | None) -> None:
 def make_axis(name: str, values, d: int | None = None) -> Axis:
     """An :class:`Axis` from given values; InputError naming what is wrong."""
     _check_name(name, d)
-    try:
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise InputError(f"axis {name}: values must be numbers, got {values!r}") from None
+    if isinstance(values, str):
+        raise InputError(f"axis {name}: values must be numbers, got {values!r}")
+    values = real_array(f"axis {name}", values).reshape(-1)
     if values.size == 0:
         raise InputError(f"axis {name} is empty")
-    if not np.all(np.isfinite(values)):
-        raise InputError(f"axis {name} contains NaN or inf")
     if name in INTEGER_AXES:
         if np.any(np.abs(values) >= 2.0**53):
             raise InputError(f"axis {name} takes integers below 2^53, got {values.tolist()}")
@@ -85,6 +87,7 @@ def parse_axis(text: str, d: int | None = None) -> Axis:
             scale = parts[3] if len(parts) == 4 else "lin"
             if num < 1:
                 raise InputError(f"axis {name}: NUM must be >= 1, got {num}")
+            check_bytes(f"axis {name} of {num} points", num * POINT_BYTES)
             if not (np.isfinite(start) and np.isfinite(stop)):
                 raise InputError(f"axis {name}: range must be finite, got {spec!r}")
             if scale == "log":
@@ -94,7 +97,10 @@ def parse_axis(text: str, d: int | None = None) -> Axis:
             else:
                 values = np.linspace(start, stop, num)
         else:
-            values = np.array([float(v) for v in spec.split(",") if v.strip()])
+            items = spec.split(",")
+            if any(not v.strip() for v in items):
+                raise InputError(f"bad axis {text!r}: an empty item in the list of values")
+            values = np.array([float(v) for v in items])
     except InputError:
         raise
     except ValueError:
@@ -117,7 +123,7 @@ def check_axes(axes: list[Axis] | tuple[Axis, ...], mode: str) -> None:
             raise InputError(f"axis rho must be >= 0, got {v.tolist()}")
         if a.name in ("seed", "mu") and np.any(v < 0):
             raise InputError(f"axis {a.name} must be >= 0, got {v.tolist()}")
-        if a.name == "depth" and np.any(v < 1):
-            raise InputError(f"axis depth must be >= 1, got {v.tolist()}")
+        if a.name == "depth" and (np.any(v < 1) or np.any(v > MAX_LAYERS)):
+            raise InputError(f"axis depth must lie in 1..{MAX_LAYERS}, got {v.tolist()}")
         if a.name == "eta" and mode == "flow":
             raise InputError("axis eta needs the discrete runner")

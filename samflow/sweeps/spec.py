@@ -3,26 +3,42 @@
 A sweep is a cartesian grid of axes (:mod:`samflow.sweeps.axes`) over one problem, one
 rule and one runner. Grid points are numbered in C order; :meth:`SweepSpec.points`
 builds the :class:`samflow.engine.Points` of any set of them, and :meth:`SweepSpec.setup`
-the program that runs them. The spec validates itself when made, so that every way
-in (Python or the command line) is checked once, here.
+the program that runs them.
+
+:meth:`SweepSpec.from_inputs` is the one way in: :func:`samflow.trajectory`,
+:func:`samflow.sweep`, :func:`samflow.boundary`, the figures and the command line all
+describe their run with it, and the spec validates itself when made (types, shapes,
+ranges, conflicts, and the memory the run would hold against what the machine has),
+without importing JAX: a bad input is refused before any compilation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from samflow.engine import Points, Setup
+from samflow import inputs
 from samflow.errors import InputError
-from samflow.flows import FlowConfig, formulation_for
-from samflow.init import check_alpha, check_depth, random_scales
-from samflow.precision import check_dtype
-from samflow.rules import PerturbationRule, check_rho
+from samflow.init import layer_rows, random_scales
 from samflow.runners import Discrete, Flow, check_counters
-from samflow.sweeps.axes import Axis, check_axes
+from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
+
+if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when it is made
+    from samflow.engine import Points, Setup
+    from samflow.rules import PerturbationRule
+
+SUMMARY_VALUES = 12
+"""Per-point scalars of a sweep's result (regime, limit_coord, ..., solver_failed)."""
+RECORD_VALUES = 4
+"""Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
+COPIES = 3
+"""A result is held about three times at its peak: by the compiled program, on the host,
+and in the Dataset made from it."""
 
 
 def rule_identity(rule: PerturbationRule) -> str:
@@ -37,8 +53,12 @@ def rule_identity(rule: PerturbationRule) -> str:
 class SweepSpec:
     """Everything that defines a sweep's result (hashed to guard resumption).
 
+    Make one with :meth:`from_inputs` (user forms: a method name, axes as a mapping,
+    ``mu`` as a list); the fields are checked when the spec is made, whichever way.
+
     Attributes:
-        rule: the perturbation rule.
+        rule: the perturbation rule (a name of :data:`samflow.inputs.METHODS` is
+            replaced by its rule once every field is checked).
         runner: :class:`samflow.runners.Discrete` or :class:`samflow.runners.Flow`.
         depth: layers, unless an axis varies it.
         axes: the grid axes, in order (C-order numbering of the points).
@@ -62,9 +82,9 @@ class SweepSpec:
     alpha: float = 1.0
     rho: float | None = None
     dtype: str = "float64"
-    alpha_range: tuple[float, float] = (0.05, 5.0)
-    collapse_factor: float = 1e-3
-    plateau_fraction: float = 0.5
+    alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE
+    collapse_factor: float = inputs.COLLAPSE_FACTOR
+    plateau_fraction: float = inputs.PLATEAU_FRACTION
     save_trajectories: bool = False
     mu: tuple = ()
     mu_set: tuple = ()
@@ -72,42 +92,137 @@ class SweepSpec:
     pad_layers: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rule, PerturbationRule):
-            raise InputError(f"rule must be a PerturbationRule, got {self.rule!r}")
-        if not isinstance(self.runner, Discrete | Flow):
-            raise InputError(
-                f"runner must be samflow.Discrete or samflow.Flow, got {self.runner!r}"
-            )
-        check_depth(self.depth)
-        check_dtype(self.dtype)
+        set_ = object.__setattr__
+        inputs.check_method(self.rule)
+        inputs.check_runner(self.runner)
+        set_(self, "depth", inputs.check_depth(self.depth))
+        set_(self, "dtype", inputs.check_dtype(self.dtype))
         check_counters(self.runner, self.dtype)
+        if not isinstance(self.axes, tuple) or not all(isinstance(a, Axis) for a in self.axes):
+            raise InputError(f"axes must be a tuple of Axis, got {self.axes!r}")
         check_axes(self.axes, self.mode)
         names = self.axis_names
         if "rho" not in names:
-            object.__setattr__(self, "rho", check_rho(self.rule, self.rho))
+            set_(self, "rho", inputs.check_rho(self.rule, self.rho))
         elif self.rho is not None:
-            raise InputError("rho is set both as a value and as an axis")
-        check_alpha(self.alpha)
-        lo, hi = self.alpha_range
-        if not 0 < lo < hi < np.inf:
-            raise InputError(f"alpha-range must be 0 < LOW < HIGH, got {lo}, {hi}")
-        if not (np.isfinite(self.collapse_factor) and 0 < self.collapse_factor < 1):
-            raise InputError(f"collapse-factor must lie in (0, 1), got {self.collapse_factor}")
-        if not (np.isfinite(self.plateau_fraction) and 0 < self.plateau_fraction < 1):
-            raise InputError(f"plateau-fraction must lie in (0, 1), got {self.plateau_fraction}")
+            raise InputError("rho is set both as a value and by axis rho")
+        else:  # every value of the axis: gd takes none but 0
+            inputs.check_rho(self.rule, max(next(a for a in self.axes if a.name == "rho").values))
+        set_(self, "alpha", inputs.positive("alpha", self.alpha))
+        set_(self, "alpha_range", inputs.check_range("alpha-range", self.alpha_range))
+        set_(self, "collapse_factor", inputs.fraction("collapse-factor", self.collapse_factor))
+        set_(self, "plateau_fraction", inputs.fraction("plateau-fraction", self.plateau_fraction))
+        set_(
+            self,
+            "save_trajectories",
+            inputs.check_flag("save-trajectories", self.save_trajectories),
+        )
+        set_(
+            self, "pad_layers", inputs.integer("pad-layers", self.pad_layers, 0, inputs.MAX_LAYERS)
+        )
         if bool(self.mu) == bool(self.data):
             raise InputError("a sweep needs exactly one of mu (one point) and data (X, y)")
         if "mu" in names:
             if not self.mu_set:
                 raise InputError("axis mu needs mu_set, the mu vectors it indexes")
-            rows = np.asarray(self.mu_set, dtype=np.float64)
-            if rows.ndim != 2 or rows.shape[1] != len(self.mu):
+            rows = inputs.real_array("mu_set", self.mu_set, ndim=2)
+            if rows.shape[1] != len(self.mu):
                 raise InputError(f"mu_set must hold rows of d = {len(self.mu)} entries")
-            if not np.all(np.isfinite(rows)) or np.any(rows <= 0):
-                raise InputError("mu_set rows must be finite and > 0")
+            if np.any(rows <= 0):
+                raise InputError("mu_set rows must be > 0")
             index = next(a for a in self.axes if a.name == "mu").array()
             if index.min() < 0 or index.max() >= len(rows):
                 raise InputError(f"axis mu indexes rows 0..{len(rows) - 1} of mu_set")
+        elif self.mu_set:
+            raise InputError("mu_set is given but no axis mu indexes it")
+        self.check_size()
+        if isinstance(self.rule, str):
+            from samflow.rules import get_rule
+
+            set_(self, "rule", get_rule(self.rule))
+
+    @classmethod
+    def from_inputs(
+        cls,
+        method: str | PerturbationRule,
+        *,
+        depth: int,
+        runner: Discrete | Flow,
+        mu: Sequence[float] | None = None,
+        data: tuple[np.ndarray, np.ndarray] | None = None,
+        axes: Mapping[str, Sequence[float] | np.ndarray | str] | None = None,
+        alpha: float | None = None,
+        rho: float | None = None,
+        dtype: str = "float64",
+        alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE,
+        collapse_factor: float = inputs.COLLAPSE_FACTOR,
+        plateau_fraction: float = inputs.PLATEAU_FRACTION,
+        save_trajectories: bool = False,
+        mu_set: np.ndarray | None = None,
+        pad_layers: int = 0,
+    ) -> SweepSpec:
+        """The description of a run from the forms a user writes, every input checked.
+
+        ``method`` a name or a rule; ``mu`` ``[d]`` or ``data = (X [n, d], y [n])``;
+        ``axes`` maps an axis name to values or to a range string
+        ``"START:STOP:NUM[:log|:lin]"`` (:mod:`samflow.sweeps.axes`), in grid order
+        (``None`` or empty: one point); ``alpha`` is refused beside an axis that sets it
+        (``alpha``, ``seed``), ``rho`` beside axis ``rho``. InputError naming the bad
+        value, before anything is computed or compiled.
+        """
+        X, y = inputs.check_problem(mu, data)
+        d = X.shape[1]
+        if axes is None:
+            axes = {}
+        if not isinstance(axes, Mapping):
+            raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")
+        grid = []
+        for name, values in axes.items():
+            if not isinstance(name, str):
+                raise InputError(f"axis names must be strings, got {name!r}")
+            text = isinstance(values, str)
+            grid.append(parse_axis(f"{name}={values}", d) if text else make_axis(name, values, d))
+        if alpha is not None and {"alpha", "seed"} & {a.name for a in grid}:
+            raise InputError("alpha is set both as a value and by an axis")
+        return cls(
+            rule=method,
+            runner=runner,
+            depth=depth,
+            axes=tuple(grid),
+            alpha=1.0 if alpha is None else alpha,
+            rho=rho,
+            dtype=dtype,
+            alpha_range=alpha_range,
+            collapse_factor=collapse_factor,
+            plateau_fraction=plateau_fraction,
+            save_trajectories=save_trajectories,
+            mu=tuple(X[0].tolist()) if data is None else (),
+            mu_set=()
+            if mu_set is None
+            else tuple(map(tuple, inputs.real_array("mu_set", mu_set, ndim=2).tolist())),
+            data=() if data is None else (tuple(map(tuple, X.tolist())), tuple(y.tolist())),
+            pad_layers=pad_layers,
+        )
+
+    def bytes_needed(self, keep_theta: bool = False) -> int:
+        """Bytes a run would hold at its peak (:data:`COPIES` of its result): per point
+        its summaries, per record its timelines (``beta`` with ``save_trajectories`` or
+        ``keep_theta``, ``theta`` with ``keep_theta``, as a trajectory keeps)."""
+        keep_beta = self.save_trajectories or keep_theta
+        per_record = RECORD_VALUES + self.d * (keep_beta + keep_theta * self.n_layers)
+        per_point = SUMMARY_VALUES + 2 * self.d + self.runner.n_records() * per_record
+        return COPIES * self.size * per_point * np.dtype(self.dtype).itemsize
+
+    def check_size(self, limit_bytes: int | None = None, keep_theta: bool = False) -> None:
+        """Refuse a run whose result would not fit in memory (``limit_bytes``, default
+        :data:`samflow.inputs.MEMORY_SHARE` of the machine's)."""
+        shape = " x ".join(str(n) for n in self.shape) or "1"
+        kept = " with trajectories" if self.save_trajectories or keep_theta else ""
+        inputs.check_bytes(
+            f"a grid of {shape} points x {self.runner.n_records()} records x d = {self.d}{kept}",
+            self.bytes_needed(keep_theta),
+            limit_bytes,
+        )
 
     @property
     def mode(self) -> str:
@@ -157,10 +272,15 @@ class SweepSpec:
         """The flow formulation (None for a discrete runner): every start is balanced."""
         if self.mode != "flow":
             return None
+        from samflow.flows import formulation_for
+
         return formulation_for(self.rule, self.runner.formulation, not self.data, True)
 
     def setup(self, sharded: bool = True) -> Setup:
         """The program that runs this sweep's points."""
+        from samflow.engine import Setup
+        from samflow.flows import FlowConfig
+
         flow = (
             FlowConfig.of(self.runner, self.formulation, self.dtype)
             if self.mode == "flow"
@@ -183,6 +303,8 @@ class SweepSpec:
 
         Inputs every point shares (the data, a fixed depth) have leading size 1.
         """
+        from samflow.engine import Points
+
         C, d, n_layers = len(flat), self.d, self.n_layers
         idx = np.unravel_index(flat, self.shape) if self.axes else ()
         values = {a.name: a.array()[i] for a, i in zip(self.axes, idx, strict=True)}
@@ -193,8 +315,7 @@ class SweepSpec:
         for j in range(1, d + 1):
             if f"alpha_{j}" in values:
                 alpha[:, j - 1] = values[f"alpha_{j}"]
-        rows = np.arange(n_layers)[None, :, None] < np.reshape(depth, (-1, 1, 1))
-        theta0 = np.where(rows, alpha[:, None, :], 1.0)
+        theta0 = np.where(layer_rows(depth, n_layers), alpha[:, None, :], 1.0)
         if "mu" in values:
             X = np.asarray(self.mu_set, dtype=np.float64)[values["mu"]][:, None, :]
         elif self.mu:

@@ -25,12 +25,12 @@ import xarray as xr
 from samflow import devices
 from samflow.engine import Setup, run_points
 from samflow.errors import InputError
+from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, write_dataset, write_text_atomic
 from samflow.schema import SWEEP
 from samflow.sweeps.spec import SweepSpec
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
-DEFAULT_CHUNK = 16384
 
 
 def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndarray]]:
@@ -40,26 +40,6 @@ def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndar
     chunk = max(1, min(int(chunk), size))
     chunk = -(-chunk // n_devices) * n_devices
     return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
-
-
-def trajectory_bytes(spec: SweepSpec) -> int:
-    """Bytes the ``beta`` trajectories of the whole grid would take."""
-    return spec.size * len(spec.times()) * spec.d * np.dtype(spec.dtype).itemsize
-
-
-def check_size(spec: SweepSpec, limit_bytes: int | None = None) -> None:
-    """Refuse ``save_trajectories`` when the trajectories would not fit in memory."""
-    if not spec.save_trajectories:
-        return
-    if limit_bytes is None:
-        limit_bytes = int(0.25 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    need = trajectory_bytes(spec)
-    if need > limit_bytes:
-        raise InputError(
-            f"save-trajectories would need {need / 2**30:.1f} GiB for {spec.size} grid points "
-            f"x {len(spec.times())} records x d = {spec.d}, over the limit of "
-            f"{limit_bytes / 2**30:.1f} GiB; shrink the grid or drop save-trajectories"
-        )
 
 
 def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> dict:
@@ -177,11 +157,22 @@ def _clear(work: Path) -> None:
     (work / "spec.json").unlink(missing_ok=True)
 
 
-def _remove_temporaries(out: Path, work: Path) -> None:
-    """Temporaries a killed writer of ``out`` left behind (only with the lock held)."""
-    for folder, stem in ((out.parent, out.stem), (work, "chunk_")):
-        for path in folder.glob(f".{stem}*.tmp"):
-            path.unlink(missing_ok=True)
+def _remove_temporaries(work: Path) -> None:
+    """Chunk temporaries a killed run of this sweep left in its work folder (only with
+    the lock held). Nothing outside the work folder is touched: a temporary beside
+    ``out`` may be another run's file in the making."""
+    for path in work.glob(".chunk_*.nc.tmp"):
+        path.unlink(missing_ok=True)
+
+
+def _held_key(key_file: Path) -> str | None:
+    """The sweep key in ``spec.json``; None when it is missing or unreadable (a folder
+    without a readable spec is rebuilt: its chunks carry their own key and are checked)."""
+    try:
+        held = json.loads(key_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return held.get("key") if isinstance(held, dict) else None
 
 
 def _finished(out: Path, key: str, overwrite: bool) -> xr.Dataset | None:
@@ -217,7 +208,8 @@ def run(
     (``InputError``) unless ``overwrite``; a second run on the same ``out`` is refused
     while the first holds the lock.
     """
-    check_size(spec, size_limit_bytes)
+    if size_limit_bytes is not None:
+        spec.check_size(size_limit_bytes)
     devices.start_distributed()
     setup = spec.setup()
     chunk_size, blocks = chunk_plan(spec.size, chunk, len(devices.mesh().devices.flat))
@@ -256,8 +248,8 @@ def run(
 def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress, overwrite):
     key_file = work / "spec.json"
     if devices.is_writer():
-        _remove_temporaries(out, work)
-        held = json.loads(key_file.read_text()).get("key") if key_file.exists() else None
+        _remove_temporaries(work)
+        held = _held_key(key_file)
         if held is None or (held != key and overwrite):
             _clear(work)  # a folder without its spec (or to be overwritten) is rebuilt
         elif held != key:

@@ -1,0 +1,239 @@
+"""Every input of a run checked once, here, without JAX; and the defaults they share.
+
+Each check raises :class:`samflow.InputError` (a ``ValueError``) with one line naming
+the bad value; the command line prints it and exits 2. Nothing here imports JAX, so a
+bad command line is refused in a fraction of a second, before any compilation:
+:meth:`samflow.sweeps.spec.SweepSpec.from_inputs`, the one constructor of a run's
+description, is built from these checks, and the runners
+(:mod:`samflow.runners`) check their own fields with them.
+
+Sizes are refused before any work too: :func:`check_bytes` compares what a run would
+hold in memory with what the machine has.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from samflow.errors import InputError
+
+METHODS: dict[str, bool] = {"gd": False, "sam-l2": True, "sam-linf": True, "usam": True}
+"""The built-in methods (:mod:`samflow.rules`) and whether each takes a radius rho."""
+DTYPES = ("float64", "float32")
+
+COLLAPSE_FACTOR = 1e-3
+"""Collapse: ``||beta||_1`` at the horizon below this fraction of ``||beta(0)||_1``."""
+PLATEAU_FRACTION = 0.5
+"""The plateau ends when the loss falls to this fraction of its initial value."""
+SEED_ALPHA_RANGE = (0.05, 5.0)
+"""A ``seed`` axis draws alpha_j log-uniform in this range."""
+DEFAULT_CHUNK = 16384
+"""Grid points per chunk of a sweep (each chunk is one call of the compiled program)."""
+
+MAX_LAYERS = 256
+"""Deepest network: the layer products are unrolled in the compiled program
+(:func:`samflow.model.exclusive_products`), so its size and compile time grow with the
+depth; a thousand layers would compile for many minutes before the first step."""
+MEMORY_SHARE = 0.5
+"""A run may plan to hold at most this share of the machine's memory."""
+
+
+def _kind(value) -> str:
+    return type(value).__name__
+
+
+def real(name: str, value) -> float:
+    """A finite real number (not a bool, string or complex); InputError naming it."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number, got {value!r} ({_kind(value)})")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InputError(f"{name} must be finite, got {value}")
+    return value
+
+
+def positive(name: str, value) -> float:
+    """A finite number > 0."""
+    value = real(name, value)
+    if value <= 0:
+        raise InputError(f"{name} must be > 0, got {value}")
+    return value
+
+
+def fraction(name: str, value) -> float:
+    """A number in the open interval (0, 1)."""
+    value = real(name, value)
+    if not 0 < value < 1:
+        raise InputError(f"{name} must lie in (0, 1), got {value}")
+    return value
+
+
+def integer(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
+    """A whole number in ``[minimum, maximum]`` (an integral float is taken, a bool not)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    bad = isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real)
+    if bad or not math.isfinite(value) or int(value) != value:
+        raise InputError(f"{name} must be an integer, got {value!r} ({_kind(value)})")
+    value = int(value)
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise InputError(f"{name} must be an integer {bound}, got {value}")
+    return value
+
+
+def real_array(name: str, value, ndim: int | None = None) -> np.ndarray:
+    """A float64 array of finite real numbers (no strings, booleans, complex or objects),
+    of ``ndim`` dimensions with no empty axis when ``ndim`` is given."""
+    try:
+        a = np.asarray(value)
+    except (TypeError, ValueError):  # ragged nesting
+        raise InputError(f"{name} must be an array of numbers, got {value!r}") from None
+    if a.dtype.kind == "c":
+        raise InputError(f"{name} must be real, got complex values")
+    if a.dtype.kind not in "iuf":
+        raise InputError(f"{name} must hold numbers, got {a.dtype} values")
+    a = a.astype(np.float64)
+    if ndim is not None and (a.ndim != ndim or 0 in a.shape):
+        raise InputError(f"{name} must be a non-empty {ndim}-D array, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise InputError(f"{name} contains NaN or inf")
+    return a
+
+
+def check_depth(depth, name: str = "depth") -> int:
+    """Number of layers, 1..:data:`MAX_LAYERS`."""
+    return integer(name, depth, 1, MAX_LAYERS)
+
+
+def check_alpha(alpha, name: str = "alpha") -> np.ndarray:
+    """Positive, finite initialisation scales ``[k]`` (a number gives ``[1]``)."""
+    a = np.atleast_1d(real_array(name, alpha))
+    if a.ndim != 1 or a.size == 0:
+        raise InputError(f"{name} must be a number or a non-empty vector, got shape {a.shape}")
+    if np.any(a <= 0):
+        raise InputError(f"{name} must be > 0, got {a.tolist()}")
+    return a
+
+
+def check_method(method) -> None:
+    """A name of :data:`METHODS` or a rule object (it checks itself when made)."""
+    if isinstance(method, str) and method in METHODS:
+        return
+    if not isinstance(method, str) and hasattr(method, "needs_rho"):
+        return
+    raise InputError(
+        f"unknown method {method!r}; choose one of {', '.join(METHODS)} or pass a PerturbationRule"
+    )
+
+
+def check_rho(method, rho) -> float:
+    """Validated ``rho`` for ``method`` (a name or a rule): required, finite and >= 0 when
+    the method perturbs; None or 0 for one without ascent step (0 is returned)."""
+    check_method(method)
+    needs = METHODS[method] if isinstance(method, str) else method.needs_rho
+    name = method if isinstance(method, str) else method.name
+    if rho is None:
+        if needs:
+            raise InputError(f"method {name} needs rho")
+        return 0.0
+    rho = real("rho", rho)
+    if rho < 0:
+        raise InputError(f"rho must be >= 0, got {rho}")
+    if not needs and rho != 0:
+        raise InputError(f"method {name} takes no rho (it has no ascent step), got rho = {rho}")
+    return rho
+
+
+def check_dtype(dtype) -> str:
+    """``float64`` or ``float32`` (a name or a NumPy dtype)."""
+    try:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; choose float64 or float32")
+    return name
+
+
+def check_range(name: str, value) -> tuple[float, float]:
+    """``(low, high)`` with ``0 < low < high``, both finite."""
+    if isinstance(value, str) or not isinstance(value, Sequence | np.ndarray):
+        raise InputError(f"{name} must be a pair (LOW, HIGH), got {value!r}")
+    if len(value) != 2:
+        raise InputError(f"{name} must be a pair (LOW, HIGH), got {len(value)} values")
+    lo, hi = (real(name, v) for v in value)
+    if not 0 < lo < hi:
+        raise InputError(f"{name} must be 0 < LOW < HIGH, got {lo}, {hi}")
+    return lo, hi
+
+
+def check_flag(name: str, value) -> bool:
+    """A bool (``True``/``False``, not a number or a string)."""
+    if not isinstance(value, bool | np.bool_):
+        raise InputError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
+    """The data set of a run: one point ``mu`` or ``data = (X, y)``, exactly one.
+
+    ``mu`` ``[d]`` finite and > 0 (the point ``x = mu``, ``y = +1``); ``data`` a pair of
+    ``X`` ``[n, d]`` finite and ``y`` ``[n]`` in {-1, +1}. Returns ``X`` ``[n, d]`` and
+    ``y`` ``[n]``, NumPy float64.
+    """
+    if (mu is None) == (data is None):
+        raise InputError("give exactly one of mu (one point) and data (X, y)")
+    if mu is not None:
+        mu = real_array("mu", mu, ndim=1)
+        if np.any(mu <= 0):
+            raise InputError(f"mu entries must be > 0, got {mu.tolist()}")
+        return mu[None, :], np.ones(1)
+    if isinstance(data, str) or not isinstance(data, Sequence) or len(data) != 2:
+        raise InputError(f"data must be a pair (X, y), got {_kind(data)}")
+    X, y = real_array("data X", data[0], ndim=2), real_array("data y", data[1], ndim=1)
+    if X.shape[0] != y.shape[0]:
+        raise InputError(f"data: X has {X.shape[0]} rows but y has {y.shape[0]} labels")
+    if not np.all(np.isin(y, (-1.0, 1.0))):
+        raise InputError(f"data: labels must be -1 or +1, got {np.unique(y).tolist()}")
+    return X, y
+
+
+def check_runner(runner, modes: Sequence[str] = ("discrete", "flow")):
+    """A runner of one of ``modes`` (:class:`samflow.Discrete`, :class:`samflow.Flow`)."""
+    from samflow.runners import Discrete, Flow
+
+    kinds = {"discrete": Discrete, "flow": Flow}
+    if not isinstance(runner, tuple(kinds[m] for m in modes)):
+        wanted = " or ".join(f"samflow.{kinds[m].__name__}(...)" for m in modes)
+        raise InputError(f"runner must be {wanted}, got {runner!r}")
+    return runner
+
+
+def memory_bytes() -> int:
+    """Physical memory of this machine."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_bytes(what: str, need: float, limit: float | None = None) -> None:
+    """Refuse a run that would hold ``need`` bytes, over ``limit`` (default
+    :data:`MEMORY_SHARE` of the machine's memory); the message says what to shrink."""
+    limit = MEMORY_SHARE * memory_bytes() if limit is None else limit
+    if need > limit:
+        raise InputError(
+            f"{what} would need {need / 2**30:.3g} GiB, over the limit of "
+            f"{limit / 2**30:.3g} GiB on this machine"
+        )
+
+
+def python_call(name: str, **kwargs) -> str:
+    """A readable record of a Python call, for a file's ``history`` attribute."""
+    shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if v is not None)
+    return f"samflow.{name}({shown})"
