@@ -18,7 +18,6 @@ from samflow.precision import precision
 from samflow.regimes import SEQUENTIAL, summarize
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.spec import SweepSpec
-from samflow.sweeps.store import check_size
 
 MU = [1.0, 2.0, 3.0, 4.0]
 FLOW = samflow.Flow(tau_max=40.0, n_save=40)
@@ -114,7 +113,7 @@ def test_summaries_made_in_the_loop_equal_those_of_the_saved_records():
         )
 
 
-PHASE = ["phase", "--method", "sam-l2", "--depth", "2", "--mu", "1,2,3,4", "--rho", "1"]
+PHASE = ["phase", "--method", "sam-l2", "--depth", "2", "--mu", "1,2,3,4"]  # rho: an axis
 
 
 @pytest.mark.parametrize("mode", ["flow", "discrete"])
@@ -222,16 +221,17 @@ def test_the_library_validates(call, needle):
 
 
 def test_the_size_guard_refuses_oversized_trajectories():
+    axes = (parse_axis("alpha=0.1:1:10:log", 4), parse_axis("rho=0.1:1:30:log", 4))
     spec = SweepSpec(
-        rule=samflow.SAM_L2,
-        runner=FLOW,
-        depth=2,
-        axes=(parse_axis("alpha=0.1:1:1000:log", 4), parse_axis("rho=0.1:1:1000:log", 4)),
-        mu=tuple(MU),
-        save_trajectories=True,
+        rule=samflow.SAM_L2, runner=FLOW, depth=2, axes=axes, mu=tuple(MU), save_trajectories=True
     )
-    with pytest.raises(samflow.InputError, match="save-trajectories would need"):
-        check_size(spec, 2**30)
+    # 300 points x (12 summaries + 2 d + 200 records x (4 timelines + d of beta)) x 8 bytes,
+    # held 3 times at the peak
+    need = 300 * (12 + 2 * 4 + FLOW.n_save * (4 + 4)) * 8 * 3
+    assert spec.bytes_needed() == need
+    spec.check_size(limit_bytes=need)
+    with pytest.raises(samflow.InputError, match=r"10 x 30 points .* would need"):
+        spec.check_size(limit_bytes=need - 1)
 
 
 def _half_l2(g, batch_ndim=0):

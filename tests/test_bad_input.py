@@ -252,3 +252,176 @@ def test_data_file_values(tmp_path):
         "labels",
     )
     assert Path(tmp_path / "o.nc").exists() is False
+
+
+# --- The named cases of issue 17, on the command line and in Python -------------------
+
+TRAJ = ["trajectory", "--method", "sam-l2", "--depth", "2", "--rho", "1", "--alpha", "0.5"]
+PH = ["phase", "--method", "sam-l2", "--depth", "2", "--mu", "1,2,3,4", "--rho", "1"]
+
+
+def _files(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "complex.npy", np.ones((2, 4)) * (1 + 1j))
+    np.save(tmp_path / "text.npy", np.array(["a", "b"]))
+    (tmp_path / "empty.npy").write_bytes(b"")
+    np.savez(tmp_path / "complex.npz", X=np.ones((2, 4)) * (1 + 2j), y=np.ones(2))
+    np.savez(tmp_path / "x30.npz", X=np.ones((3, 0)), y=np.ones(3))
+    np.savez(tmp_path / "text.npz", X=np.array([["a"]]), y=np.ones(1))
+    np.save(tmp_path / "mus.npy", np.ones((2, 4)))
+    return tmp_path
+
+
+CLI_CASES = {
+    "empty mu item": ([*TRAJ, "--mu", "1,2,,3"], "1,2,,3"),
+    "trailing comma": ([*TRAJ, "--mu", "1,2,3,"], "1,2,3,"),
+    "empty axis item": ([*PH, "--axis", "alpha=1,,2"], "alpha=1,,2"),
+    "huge depth": ([*TRAJ[:4], "1000000000000", *TRAJ[5:], "--mu", "1,2"], "1000000000000"),
+    "deep": ([*TRAJ[:4], "1000000", *TRAJ[5:], "--mu", "1,2"], "1000000"),
+    "many records": ([*TRAJ, "--mu", "1,2", "--steps", "100000000", "--record-every", "1"], "GiB"),
+    "n-save 1e9": ([*TRAJ, "--mu", "1,2", "--mode", "flow", "--n-save", "1000000000"], "GiB"),
+    "1e10 grid": ([*PH[:-2], "--axis", "alpha=1:2:10000000000"], "10000000000"),
+    "depth axis": ([*PH, "--axis", "depth=1,1000000"], "1000000"),
+    "complex theta0": ([*TRAJ[:-2], "--mu", "1,2,3,4", "--theta0", "complex.npy"], "complex"),
+    "text theta0": ([*TRAJ[:-2], "--mu", "1,2", "--theta0", "text.npy"], "theta0"),
+    "empty theta0": ([*TRAJ[:-2], "--mu", "1,2", "--theta0", "empty.npy"], "empty.npy"),
+    "complex data": ([*TRAJ, "--data", "complex.npz"], "complex"),
+    "X (3, 0)": ([*TRAJ, "--data", "x30.npz"], "(3, 0)"),
+    "text data": ([*TRAJ, "--data", "text.npz"], "data X"),
+    "twice": ([*TRAJ, "--mu", "1,2", "--alpha", "2"], "--alpha"),
+    "alpha beside axis": ([*PH, "--axis", "alpha=1,2", "--alpha", "1"], "alpha"),
+    "rho beside axis": ([*PH, "--axis", "rho=1,2"], "rho"),
+    "mu-file without axis": ([*PH, "--axis", "alpha=1,2", "--mu-file", "mus.npy"], "mus.npy"),
+    "rho with gd": (["trajectory", "--method", "gd", *TRAJ[3:], "--mu", "1,2"], "rho"),
+    "eta with flow": ([*TRAJ, "--mu", "1,2", "--mode", "flow", "--eta", "0.1"], "--eta"),
+    "flow option, discrete": ([*TRAJ, "--mu", "1,2", "--n-save", "5"], "--n-save"),
+    "figures out empty": (["figures", "--out", ""], "empty"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLI_CASES))
+def test_named_cli_cases(tmp_path, monkeypatch, case):
+    monkeypatch.chdir(_files(tmp_path))
+    argv, named = CLI_CASES[case]
+    if argv[0] != "figures":
+        argv = [*argv, "--out", str(tmp_path / "o.nc")]
+    assert_refused(argv, named)
+    assert not (tmp_path / "o.nc").exists()
+
+
+def test_cnn_method_list_refuses_empty_items():
+    from samflow.images.cli import _methods
+
+    with pytest.raises(Exception, match="gd,,") as err:
+        _methods("gd,,")
+    assert type(err.value).__name__ == "InputError"
+
+
+def _python_cases():
+    import numpy as np
+
+    import samflow
+
+    flow = samflow.Flow(tau_max=1.0, n_save=3)
+    one = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=flow)
+    grid = dict(depth=2, mu=[1.0, 2.0], rho=1.0, runner=flow, axes={"alpha": [0.5, 1.0]})
+    t, s, b = samflow.trajectory, samflow.sweep, samflow.boundary
+    return {
+        "Discrete eta": (lambda: samflow.Discrete(eta="a"), "'a'"),
+        "Flow tau_max": (lambda: samflow.Flow(tau_max="a"), "'a'"),
+        "rho list": (lambda: t("sam-l2", **{**one, "rho": [1, 2]}), "[1, 2]"),
+        "depth None": (lambda: t("sam-l2", **{**one, "depth": None}), "None"),
+        "depth True": (lambda: t("sam-l2", **{**one, "depth": True}), "True"),
+        "depth huge": (lambda: t("sam-l2", **{**one, "depth": 10**12}), str(10**12)),
+        "mu strings": (lambda: t("sam-l2", **{**one, "mu": ["1", "2"]}), "mu"),
+        "mu empty": (lambda: t("sam-l2", **{**one, "mu": []}), "mu"),
+        "mu complex": (lambda: t("sam-l2", **{**one, "mu": [1j, 2]}), "complex"),
+        "X (3, 0)": (
+            lambda: t("sam-l2", **{**one, "mu": None, "data": (np.ones((3, 0)), np.ones(3))}),
+            "(3, 0)",
+        ),
+        "collapse None": (lambda: t("sam-l2", **one, collapse_factor=None), "None"),
+        "dtype float16": (lambda: t("sam-l2", **one, dtype="float16"), "float16"),
+        "rho with gd": (lambda: t("gd", **one), "rho"),
+        "alpha_range short": (lambda: s("sam-l2", **grid, alpha_range=(0.1,)), "alpha-range"),
+        "plateau None": (lambda: s("sam-l2", **grid, plateau_fraction=None), "None"),
+        "axis empty": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": []}}), "alpha"),
+        "axis strings": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": ["a"]}}), "alpha"),
+        "axis repeats": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": [1, 1]}}), "[1.0, 1.0]"),
+        "alpha beside axis": (lambda: s("sam-l2", **grid, alpha=1.0), "alpha"),
+        "rho beside axis": (lambda: s("sam-l2", **{**grid, "axes": {"rho": [1, 2]}}), "rho"),
+        "eta axis on a flow": (lambda: s("sam-l2", **{**grid, "axes": {"eta": [1]}}), "eta"),
+        "pad_layers 1e6": (lambda: s("sam-l2", **grid, pad_layers=10**6), str(10**6)),
+        "1e10 grid": (
+            lambda: s("sam-l2", **{**grid, "axes": {"alpha": "1:2:10000000000"}}),
+            "10000000000",
+        ),
+        "huge records": (
+            lambda: t("sam-l2", **{**one, "runner": samflow.Flow(n_save=10**9)}),
+            "1000000000 records",
+        ),
+        "mu_set without axis": (lambda: s("sam-l2", **grid, mu_set=np.ones((2, 2))), "mu_set"),
+        "save_trajectories 'yes'": (lambda: s("sam-l2", **grid, save_trajectories="yes"), "yes"),
+        "boundary alpha_range": (
+            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1, 0.5)),
+            "alpha-range",
+        ),
+        "boundary alpha axis": (lambda: b("sam-l2", **grid), "alpha"),
+        "rule name": (lambda: samflow.PerturbationRule("five", 5), "5"),
+        "rule flag": (lambda: samflow.PerturbationRule("r", None, "yes"), "yes"),
+        "fit runner": (lambda: samflow.fit(lambda p: p, 1.0, "gd", runner=flow), "runner"),
+        "fit int params": (
+            lambda: samflow.fit(
+                lambda p: p, np.ones(2, int), "gd", runner=samflow.Discrete(steps=2)
+            ),
+            "float",
+        ),
+    }
+
+
+def test_named_python_cases():
+    import samflow
+
+    cases = _python_cases()
+    for name, (call, named) in cases.items():
+        with pytest.raises(samflow.InputError) as err:
+            call()
+        message = str(err.value)
+        assert "\n" not in message and named in message, (name, message)
+
+
+def test_help_does_not_import_jax():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from samflow.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert 'jax' not in sys.modules, 'jax imported'\n"
+        "import samflow\n"
+        "assert 'jax' not in sys.modules and samflow.InputError\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_corrupt_spec_json_is_rebuilt(tmp_path):
+    import samflow
+
+    out = tmp_path / "run.nc"
+    work = tmp_path / "run.nc.work"
+    work.mkdir()
+    (work / "spec.json").write_text("{not json")
+    other = tmp_path / ".run2.abc.nc.tmp"  # another run's file in the making
+    other.write_text("x")
+    ds = samflow.sweep(
+        "gd",
+        depth=2,
+        mu=[1.0, 2.0],
+        axes={"alpha": [0.5]},
+        runner=samflow.Discrete(eta=0.1, steps=4),
+        out=out,
+    )
+    assert int(ds["regime"].size) == 1 and out.exists() and other.exists()
