@@ -200,9 +200,7 @@ def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
         raise InputError(f"data must be a pair (X, y), got {_kind(data)}")
     X, y = real_array("data X", data[0], ndim=2), real_array("data y", data[1], ndim=1)
     if X.shape[0] != y.shape[0]:
-        raise InputError(
-            f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)"
-        )
+        raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
     if not np.all(np.isin(y, (-1.0, 1.0))):
         raise InputError(f"data: labels must be -1 or +1, got {np.unique(y).tolist()}")
     return X, y
