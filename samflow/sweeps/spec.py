@@ -106,8 +106,7 @@ class SweepSpec:
             set_(self, "rho", inputs.check_rho(self.rule, self.rho))
         elif self.rho is not None:
             raise InputError("rho is set both as a value and by axis rho")
-        else:  # every value of the axis: gd takes none but 0
-            inputs.check_rho(self.rule, max(next(a for a in self.axes if a.name == "rho").values))
+        # An axis rho is taken by every rule, gd too: a gd map may share a SAM map's grid.
         set_(self, "alpha", inputs.positive("alpha", self.alpha))
         set_(self, "alpha_range", inputs.check_range("alpha-range", self.alpha_range))
         set_(self, "collapse_factor", inputs.fraction("collapse-factor", self.collapse_factor))
