@@ -83,7 +83,8 @@ def fit(
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)
-    inputs.check_runner(runner, ("discrete",))
+    if not isinstance(runner, Discrete):
+        raise InputError(f"fit needs a Discrete runner, got {runner!r}")
     if not callable(loss_fn):
         raise InputError(f"loss_fn must be a function of the parameters, got {loss_fn!r}")
     leaves = jax.tree_util.tree_leaves(params)

@@ -134,9 +134,10 @@ def check_method(method) -> None:
     )
 
 
-def check_rho(method, rho) -> float:
+def check_rho(method, rho, ignored_ok: bool = False) -> float:
     """Validated ``rho`` for ``method`` (a name or a rule): required, finite and >= 0 when
-    the method perturbs; None or 0 for one without ascent step (0 is returned)."""
+    the method perturbs; None or 0 for one without ascent step (0 is returned), or any
+    finite ``rho >= 0`` with ``ignored_ok`` (a signature where rho is positional)."""
     check_method(method)
     needs = METHODS[method] if isinstance(method, str) else method.needs_rho
     name = method if isinstance(method, str) else method.name
@@ -147,7 +148,7 @@ def check_rho(method, rho) -> float:
     rho = real("rho", rho)
     if rho < 0:
         raise InputError(f"rho must be >= 0, got {rho}")
-    if not needs and rho != 0:
+    if not needs and rho != 0 and not ignored_ok:
         raise InputError(f"method {name} takes no rho (it has no ascent step), got rho = {rho}")
     return rho
 

@@ -214,7 +214,6 @@ def get_rule(method: str | PerturbationRule) -> PerturbationRule:
         ) from None
 
 
-def check_rho(rule: PerturbationRule, rho) -> float:
-    """Validated ``rho`` for ``rule``: required (finite, >= 0) when the rule perturbs;
-    None or 0 for a rule without ascent step (0 is returned)."""
-    return inputs.check_rho(rule, rho)
+def check_rho(rule: PerturbationRule, rho, ignored_ok: bool = False) -> float:
+    """Validated ``rho`` for ``rule`` (:func:`samflow.inputs.check_rho`)."""
+    return inputs.check_rho(rule, rho, ignored_ok)

@@ -73,7 +73,7 @@ def sam(
     """
     rule = get_rule(rule)
     if not isinstance(rho, jax.core.Tracer):  # a traced rho is checked where it is given
-        rho = check_rho(rule, rho)
+        rho = check_rho(rule, rho, ignored_ok=True)  # documented: GD ignores rho
     base = optax.with_extra_args_support(base)
 
     def update(

@@ -26,7 +26,12 @@ def run_phase(out, chunk: int, devices: int = 1, stop_after: int = 0, extra=(), 
     if stop_after:
         env[STOP_AFTER_ENV] = str(stop_after)
     code = "import sys; from samflow.cli import main; sys.exit(main(sys.argv[1:]))"
-    argv = [sys.executable, "-c", code, *PHASE, "--chunk", str(chunk), "--out", str(out), *extra]
+    phase, extra = list(PHASE), list(extra)
+    if "--steps" in extra:  # an option is given once (the command line refuses it twice)
+        i = extra.index("--steps")
+        phase[phase.index("--steps") + 1] = extra[i + 1]
+        del extra[i : i + 2]
+    argv = [sys.executable, "-c", code, *phase, "--chunk", str(chunk), "--out", str(out), *extra]
     proc = subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
