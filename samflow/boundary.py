@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
 
     from samflow.engine import Points
 
+ALPHA_RANGE = (1e-3, 1e3)
+"""The default bracket of the bisection on alpha."""
 EDGES = ("alpha_collapse", "alpha_direct")
 """The two edges; edge ``k`` is 'below' at alpha when ``_below(k, regime)``."""
 
@@ -105,7 +107,7 @@ def boundary(
     rho: float | None = None,
     runner: Discrete | Flow,
     mu_set: np.ndarray | None = None,
-    alpha_range: tuple[float, float] = (1e-3, 1e3),
+    alpha_range: tuple[float, float] = ALPHA_RANGE,
     rtol_alpha: float = 1e-6,
     dtype: str = "float64",
     collapse_factor: float = inputs.COLLAPSE_FACTOR,

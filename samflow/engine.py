@@ -36,6 +36,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from samflow import compile_cache, devices
 from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate
+from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.model import Problem
 from samflow.precision import precision
 from samflow.regimes import OBSERVER, finish, summarize, track
@@ -139,8 +140,8 @@ class Setup:
     mode: str
     dtype: str = "float64"
     flow: FlowConfig | None = None
-    collapse_factor: float = 1e-3
-    plateau_fraction: float = 0.5
+    collapse_factor: float = COLLAPSE_FACTOR
+    plateau_fraction: float = PLATEAU_FRACTION
     keep: tuple[str, ...] = ()
     padding: bool = True
     sharded: bool = True

@@ -6,6 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
+from samflow.inputs import COLLAPSE_FACTOR
+
 # Okabe-Ito: distinguishable with colour-blindness; line styles keep it readable in grey.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
 LINESTYLES = ["-", "--", "-.", ":"]
@@ -267,7 +269,7 @@ def dominant_legend(
     return category_legend(ax, colours, names, title=r"dominant $\arg\max_j|\beta_j|$", **kwargs)
 
 
-def dominant_codes(dominant, beta_norm, collapse_factor: float = 1e-3) -> np.ndarray:
+def dominant_codes(dominant, beta_norm, collapse_factor: float = COLLAPSE_FACTOR) -> np.ndarray:
     """Dominant coordinate per record with 0 where beta has collapsed, NaN where no record.
 
     ``dominant`` and ``beta_norm`` ``[..., T]`` as a sweep writes them (``dominant`` is 0

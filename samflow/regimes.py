@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax import Array, lax
 
 from samflow.discrete import Observer
+from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.layout import argmax_rows, max_rows, min_rows, sum_rows
 
 FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT = -1, 0, 1, 2, 3
@@ -138,8 +139,8 @@ def finish(
     tau: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = 1e-3,
-    plateau_fraction: float = 0.5,
+    collapse_factor: float = COLLAPSE_FACTOR,
+    plateau_fraction: float = PLATEAU_FRACTION,
     converged_rtol: float = 1e-9,
     beta_end: Array | None = None,
     ended_at_blowup: Array | bool = False,
@@ -236,8 +237,8 @@ def summarize(
     loss: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = 1e-3,
-    plateau_fraction: float = 0.5,
+    collapse_factor: float = COLLAPSE_FACTOR,
+    plateau_fraction: float = PLATEAU_FRACTION,
     beta_end: Array | None = None,
     ended_at_blowup: Array | bool = False,
     lead_start: Array | None = None,
@@ -304,7 +305,7 @@ def classify(
     beta: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = 1e-3,
+    collapse_factor: float = COLLAPSE_FACTOR,
     beta_end: Array | None = None,
     ended_at_blowup: Array | bool = False,
 ) -> Classification:

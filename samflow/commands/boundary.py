@@ -6,6 +6,7 @@ import argparse
 
 import numpy as np
 
+from samflow.boundary import ALPHA_RANGE
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
@@ -36,7 +37,9 @@ def register(sub) -> None:
         help="grid axis (repeatable): rho, depth, eta, mu (not alpha: it is solved for)",
     )
     p.add_argument(
-        "--alpha-range", default="1e-3,1e3", help="bracket LOW,HIGH of the bisection on alpha"
+        "--alpha-range",
+        default=",".join(f"{v:g}" for v in ALPHA_RANGE),
+        help="bracket LOW,HIGH of the bisection on alpha",
     )
     p.add_argument(
         "--rtol-alpha",
