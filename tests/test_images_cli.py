@@ -108,7 +108,8 @@ def test_bad_option_values_are_refused_before_training(
 ):
     monkeypatch.setattr(train, "train_seeds", _no_training)
     out = tmp_path / "r.nc"
-    argv = ["cnn", "--data-dir", str(mnist_dir), "--method", "gd", "--out", str(out), *extra]
+    data_dir = [] if "--data-dir" in extra else ["--data-dir", str(mnist_dir)]  # given once
+    argv = ["cnn", *data_dir, "--method", "gd", "--out", str(out), *extra]
     status, err = _run(argv, capsys)
     lines = err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and lines[0].startswith("samflow: error:"), err
