@@ -425,3 +425,75 @@ def test_a_corrupt_spec_json_is_rebuilt(tmp_path):
         out=out,
     )
     assert int(ds["regime"].size) == 1 and out.exists() and other.exists()
+
+
+# --- The same, drawn: bad values of every keyword of the Python API -------------------
+
+NOT_NUMBERS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.complex_numbers(allow_nan=False).filter(lambda z: z.imag != 0),
+    st.lists(st.floats(allow_nan=False), min_size=2, max_size=3),
+)
+NOT_FINITE = st.sampled_from([float("nan"), float("inf"), -float("inf")])
+BAD_API_VALUES = {
+    "depth": st.one_of(
+        NOT_NUMBERS,
+        NOT_FINITE,
+        st.integers(max_value=0),
+        st.integers(min_value=257, max_value=10**30),
+        st.floats(allow_nan=False, allow_infinity=False).filter(lambda v: not v.is_integer()),
+    ),
+    "rho": st.one_of(NOT_NUMBERS, NOT_FINITE, st.floats(max_value=-1e-300)),
+    "alpha": st.one_of(NOT_NUMBERS.filter(lambda v: not isinstance(v, list)), NOT_FINITE),
+    "collapse_factor": st.one_of(
+        NOT_NUMBERS, NOT_FINITE, st.floats(allow_nan=False).filter(lambda v: not 0 < v < 1)
+    ),
+    "dtype": st.text(max_size=8).filter(lambda t: t not in ("float64", "float32")),
+    "mu": st.one_of(
+        st.just([]),
+        st.lists(st.text(min_size=1, max_size=2), min_size=1, max_size=3),
+        st.lists(st.floats(max_value=0), min_size=1, max_size=3),
+        st.lists(st.sampled_from([float("nan"), float("inf")]), min_size=1, max_size=2),
+        st.just([[1.0, 2.0]]),
+        st.just([1.0, 2j]),
+        st.just("1,2"),
+    ),
+}
+
+
+@pytest.mark.parametrize("keyword", sorted(BAD_API_VALUES))
+@SETTINGS
+@given(data=st.data())
+def test_bad_api_values(keyword, data):
+    import samflow
+
+    value = data.draw(BAD_API_VALUES[keyword], label=keyword)
+    kwargs = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, 3))
+    kwargs[keyword] = value
+    with pytest.raises(samflow.InputError) as err:
+        samflow.trajectory("sam-l2", **kwargs)
+    message = str(err.value)
+    assert "\n" not in message
+    assert keyword.replace("_", "-") in message or keyword in message, message
+
+
+@SETTINGS
+@given(
+    axis=st.sampled_from(["alpha", "rho", "eta", "depth", "seed"]),
+    values=st.one_of(
+        st.just([]),
+        st.lists(st.text(min_size=1, max_size=2), min_size=1, max_size=3),
+        st.lists(st.just(1.0), min_size=2, max_size=3),  # a repeated value
+        st.lists(st.sampled_from([float("nan"), -1.0]), min_size=1, max_size=2),
+    ),
+)
+def test_bad_api_axes(axis, values):
+    import samflow
+
+    runner = samflow.Discrete(eta=0.1, steps=2) if axis == "eta" else samflow.Flow(1.0, 3)
+    rho = None if axis == "rho" else 1.0
+    with pytest.raises(samflow.InputError) as err:
+        samflow.sweep("sam-l2", depth=2, mu=[1.0, 2.0], rho=rho, axes={axis: values}, runner=runner)
+    assert axis in str(err.value) and "\n" not in str(err.value)
