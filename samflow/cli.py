@@ -33,10 +33,10 @@ COMMAND_MODULES = (
 )
 LAZY_COMMANDS = {
     "cnn": (
-        "samflow.images.cli",
+        "samflow.commands.cnn",
         "train a CNN (or the diagonal network) on images with GD / SAM; Grad-CAM",
     ),
-    "data": ("samflow.images.cli", "fetch image data sets"),
+    "data": ("samflow.commands.cnn", "fetch image data sets"),
 }
 """Commands whose module imports JAX at once: name -> (module, one-line help). Their
 module is imported only when the command is named; ``--help`` lists the line."""

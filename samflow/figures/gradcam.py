@@ -23,8 +23,8 @@ import sys
 import xarray as xr
 
 from samflow.cli import build_parser
+from samflow.commands.cnn import run_cnn
 from samflow.errors import InputError
-from samflow.images.cli import run_cnn
 from samflow.images.data import DATASETS, default_data_dir, load_dataset
 from samflow.images.plot import gradcam_figure
 

@@ -15,7 +15,7 @@ weak features that GD ignores. This subpackage makes that measurable:
 - :mod:`samflow.images.plot`: the input / GD Grad-CAM / SAM Grad-CAM figure.
 - :mod:`samflow.images.experiment`: :func:`study`, the whole study as one call
   (what ``samflow cnn`` runs), and its printed summary.
-- :mod:`samflow.images.cli`: the ``samflow cnn`` and ``samflow data`` subcommands.
+- The ``samflow cnn`` and ``samflow data`` subcommands live in :mod:`samflow.commands.cnn`.
 
 Images are float32 throughout; nothing here enables x64.
 """
