@@ -1,9 +1,9 @@
-"""Discrete runs: ``init`` + ``step`` + ``lax.scan``, recorded at a schedule.
+"""Discrete runs: ``init`` + ``step`` + the record loop, recorded at a schedule.
 
-A run is a scan over *record intervals*; inside each interval a ``fori_loop`` takes
-the steps. The schedule (which step indices are recorded) is a concrete array shared
-by every trajectory of a sweep, so vmapping over grid points never batches the loop
-bounds. Record 0 is the initial state (step 0, tau 0).
+A run is :func:`samflow.loop.record_loop`, a scan over *record intervals*; inside each
+interval a ``fori_loop`` takes the steps. The schedule (which step indices are
+recorded) is a concrete array shared by every trajectory of a sweep, so a batched run
+never batches the loop bounds. Record 0 is the initial state (step 0, tau 0).
 
 Rescaled time (docs/theory.md §3): for one data point ``tau_{t+1} = tau_t + eta |l'(z~_t)|``
 with ``z~`` the margin at the perturbed point; for n > 1 the loss does not factor out
@@ -21,8 +21,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array, lax
+from jax import Array
 
+from samflow.loop import record_loop, take_steps
 from samflow.model import Problem, ascent_direction, beta, grad_and_aux, layer_mask, loss
 from samflow.rules import PerturbationRule
 from samflow.steps import step
@@ -83,6 +84,7 @@ def simulate(
     unroll: int = 1,
     observer: Observer | None = None,
     record_beta: bool = True,
+    key: Array | None = None,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
@@ -93,6 +95,8 @@ def simulate(
     ``unroll`` (steps per iteration of the inner loop), ``observer`` (reduce each
     record inside the loop, as sweeps do with :data:`samflow.regimes.OBSERVER`) and
     ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
+    ``key``: the PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
+    default ``jax.random.key(0)``); other rules ignore it.
     """
     batch_ndim = theta0.ndim - 2
     # No padding rows (depth is the static row count): nothing to mask.
@@ -109,12 +113,23 @@ def simulate(
         def ascent_fn(theta):
             return ascent_direction(theta, problem, mask)
 
-    def one_step(carry):
+    def one_step(t, carry):
         theta, tau = carry
-        new, info = step(theta, grad_fn, rule, rho, eta, ascent_fn=ascent_fn, batch_ndim=batch_ndim)
+        step_key = None if key is None else jax.random.fold_in(key, t)
+        new, info = step(
+            theta, grad_fn, rule, rho, eta,
+            ascent_fn=ascent_fn, batch_ndim=batch_ndim, key=step_key, t=t,
+        )  # fmt: skip
         return new, tau + eta * info.aux_perturbed.lprime_abs
 
-    def record(theta, tau):
+    def advance(carry, interval):
+        theta, tau, tracker = carry
+        theta, tau = take_steps(
+            one_step, (theta, tau), interval.start, interval.length, unroll=unroll
+        )
+        return theta, tau, tracker
+
+    def kept(theta, tau):
         out = {"tau": tau, "loss": loss(theta, problem)}
         if record_beta:
             out["beta"] = beta(theta)
@@ -122,42 +137,33 @@ def simulate(
             out["theta"] = theta
         return out
 
-    def all_finite(theta, tau):
+    def record(carry):
+        theta, tau, tracker = carry
+        out = kept(theta, tau)
+        if observer is not None:
+            tracker, out["tracked"] = observer.track(tracker, beta(theta), out.pop("loss"))
+        return (theta, tau, tracker), out
+
+    def start(carry):
+        theta, tau, _ = carry
+        out = kept(theta, tau)
+        tracker = None
+        if observer is not None:
+            tracker, out["tracked"] = observer.start(beta(theta), out.pop("loss"))
+        return (theta, tau, tracker), out
+
+    def all_finite(carry, _):
+        theta, tau, _ = carry
         # beta too: finite layers can still multiply to an overflow.
         finite = jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
         return finite & jnp.all(jnp.isfinite(beta(theta)), axis=0)
 
-    def unrolled(_, carry):
-        for _ in range(unroll):
-            carry = one_step(carry)
-        return carry
-
-    def steps(n_steps, carry):
-        """``n_steps`` steps, ``unroll`` per loop iteration and the rest one by one."""
-        carry = lax.fori_loop(0, n_steps // unroll, unrolled, carry)
-        return lax.fori_loop(0, n_steps % unroll, lambda _, c: one_step(c), carry)
-
-    def segment(carry, xs):
-        theta, tau, failed, tracker = carry
-        n_steps, at_step = xs
-        theta, tau = steps(n_steps, (theta, tau))
-        failed = jnp.where((failed < 0) & ~all_finite(theta, tau), at_step, failed)
-        out = record(theta, tau)
-        if observer is not None:
-            tracker, out["tracked"] = observer.track(tracker, beta(theta), out.pop("loss"))
-        return (theta, tau, failed, tracker), out
-
+    if rule.random and key is None:
+        key = jax.random.key(0)
     tau0 = jnp.zeros_like(theta0[0, 0])
-    lengths = jnp.diff(record_steps)
-    failed0 = jnp.where(all_finite(theta0, tau0), -1, 0).astype(record_steps.dtype)
-    first = record(theta0, tau0)
-    tracker0 = None
-    if observer is not None:
-        tracker0, first["tracked"] = observer.start(beta(theta0), first.pop("loss"))
-    (theta_f, _, failed, tracker), recs = lax.scan(
-        segment, (theta0, tau0, failed0, tracker0), (lengths, record_steps[1:])
+    (theta_f, _, tracker), recs, failed = record_loop(
+        advance, record, (theta0, tau0, None), record_steps, start=start, finite=all_finite
     )
-    recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, recs)
     return Trajectory(
         step=record_steps,
         tau=recs["tau"],

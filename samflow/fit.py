@@ -2,9 +2,10 @@
 
 ``loss_fn(params) -> []`` is yours (a least-squares fit over a dict of arrays, an
 equinox model's parameters, ...); samflow supplies the perturbation rule, the step and
-the recording. One run is one compiled program, as in :func:`samflow.discrete.simulate`:
-a ``lax.scan`` over record intervals, each a ``lax.fori_loop`` over its steps, the loss
-recorded at ``runner.times()``::
+the recording. One run is one compiled program, the record loop of :func:`samflow.discrete.simulate`
+(:func:`samflow.loop.record_loop`): a ``lax.scan`` over record intervals, each a
+``lax.fori_loop`` over its steps, the loss (and, if asked, the parameters) recorded
+at ``runner.times()``::
 
     result = samflow.fit(loss, {"w": w0, "b": b0}, "sam-l2", rho=0.1,
                          runner=samflow.Discrete(eta=0.01, steps=1000))
@@ -24,10 +25,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
-from jax import Array, lax
+from jax import Array
 
 from samflow import inputs
 from samflow.errors import InputError
+from samflow.loop import record_loop, take_steps
+from samflow.precision import DTYPES, precision
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete
 from samflow.steps import step
@@ -45,12 +48,15 @@ class FitResult(NamedTuple):
         params: the parameters after the last step (same pytree as the start).
         failed_step: ``[]`` int, step index of the first record whose parameters or
             loss are not all finite, -1 if none (the run goes on past it).
+        saved_params: with ``save_params``, the parameters at every record (the same
+            pytree, each leaf ``[T, *leaf shape]``); else None.
     """
 
     step: Array
     loss: Array
     params: PyTree
     failed_step: Array
+    saved_params: PyTree | None = None
 
 
 def fit(
@@ -61,6 +67,9 @@ def fit(
     rho: float | None = None,
     runner: Discrete,
     optimizer: optax.GradientTransformation | None = None,
+    dtype: str | None = None,
+    save_params: bool = False,
+    key: Array | None = None,
 ) -> FitResult:
     """Run ``method`` on ``loss_fn`` from ``params`` with ``runner``'s steps and records.
 
@@ -75,11 +84,19 @@ def fit(
         runner: a :class:`samflow.runners.Discrete` (steps, ``eta`` and records).
         optimizer: an optax base optimiser to take SAM gradients instead of
             ``p - eta * g``; then ``runner.eta`` is unused.
+        dtype: ``float64`` or ``float32``: every leaf of ``params`` is cast to it and
+            the run computes in it (float64 inside a local ``jax.enable_x64``, as the
+            diagonal engine does: :mod:`samflow.precision`). None: the leaves' own
+            dtypes, in the process's JAX configuration.
+        save_params: also keep the parameters at every record
+            (:attr:`FitResult.saved_params`; memory ``T`` times the parameters').
+        key: PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
+            default ``jax.random.key(0)``); other rules ignore it.
 
     Raises:
         InputError: unknown method, bad or missing rho, a runner that is not
-            ``Discrete``, parameters that are not float arrays, records that would not
-            fit in memory, or a loss that is not a scalar (each named).
+            ``Discrete``, parameters that are not float arrays, an unknown dtype, records
+            that would not fit in memory, or a loss that is not a scalar (each named).
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)
@@ -96,22 +113,32 @@ def fit(
             raise InputError(f"params must hold float arrays, got {leaf!r}")
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise InputError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
-    # step and loss per record
-    inputs.check_bytes(f"fit with {runner.n_records()} records", 16 * runner.n_records())
-    shape = jax.eval_shape(loss_fn, params).shape
-    if shape != ():
-        raise InputError(f"loss_fn must return a scalar, got shape {shape}")
-    int_dtype = jax.dtypes.canonicalize_dtype(jnp.int64)
-    record_steps = jnp.asarray(runner.times(), int_dtype)
-    return _fit_jit(
-        params,
-        record_steps,
-        rho,
-        runner.eta,
-        loss_fn=loss_fn,
-        rule=rule,
-        optimizer=optimizer,
-    )
+    if dtype is not None and str(dtype) not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}; choose float64 or float32")
+    # step and loss per record, and the parameters at every record if kept
+    per_record = 16 + (8 * sum(jnp.size(leaf) for leaf in leaves) if save_params else 0)
+    inputs.check_bytes(f"fit with {runner.n_records()} records", per_record * runner.n_records())
+    with precision("float32" if dtype is None else str(dtype)):
+        if dtype is not None:
+            params = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype), params)
+        shape = jax.eval_shape(loss_fn, params).shape
+        if shape != ():
+            raise InputError(f"loss_fn must return a scalar, got shape {shape}")
+        int_dtype = jax.dtypes.canonicalize_dtype(jnp.int64)
+        record_steps = jnp.asarray(runner.times(), int_dtype)
+        if rule.random and key is None:
+            key = jax.random.key(0)
+        return _fit_jit(
+            params,
+            record_steps,
+            rho,
+            runner.eta,
+            key,
+            loss_fn=loss_fn,
+            rule=rule,
+            optimizer=optimizer,
+            save_params=save_params,
+        )
 
 
 def _fit(
@@ -119,10 +146,12 @@ def _fit(
     record_steps: Array,
     rho: float,
     eta: float,
+    key: Array | None,
     *,
     loss_fn: Callable[[PyTree], Array],
     rule: PerturbationRule,
     optimizer: optax.GradientTransformation | None,
+    save_params: bool,
 ) -> FitResult:
     """Pure run from ``params``, recording at ``record_steps`` ``[T]`` (from 0).
 
@@ -130,47 +159,51 @@ def _fit(
     floats, weakly typed: they take the dtype of the parameters.
     """
     grad = jax.grad(loss_fn)
+
+    def step_key(t):
+        return None if key is None else jax.random.fold_in(key, t)
+
     if optimizer is None:
 
-        def one_step(_, carry):
+        def one_step(t, carry):
             params, state = carry
-            new, _ = step(params, lambda p: (grad(p), None), rule, rho, eta)
+            new, _ = step(params, lambda p: (grad(p), None), rule, rho, eta, key=step_key(t), t=t)
             return new, state
 
         state0 = None
     else:
         tx = sam(optimizer, rho, rule)
 
-        def one_step(_, carry):
-            return apply_step(tx, *carry, grad)
+        def one_step(t, carry):
+            return apply_step(tx, *carry, grad, key=step_key(t), step=t)
 
         state0 = tx.init(params)
 
-    def all_finite(params, loss):
-        ok = jnp.isfinite(loss)
-        for leaf in jax.tree_util.tree_leaves(params):
+    def advance(carry, interval):
+        return take_steps(one_step, carry, interval.start, interval.length)
+
+    def record(carry):
+        out = {"loss": loss_fn(carry[0])}
+        if save_params:
+            out["params"] = carry[0]
+        return carry, out
+
+    def all_finite(carry, out):
+        ok = jnp.isfinite(out["loss"])
+        for leaf in jax.tree_util.tree_leaves(carry[0]):
             ok = ok & jnp.all(jnp.isfinite(leaf))
         return ok
 
-    def segment(carry, xs):
-        params, state, failed = carry
-        n_steps, at_step = xs
-        params, state = lax.fori_loop(0, n_steps, one_step, (params, state))
-        loss = loss_fn(params)
-        failed = jnp.where((failed < 0) & ~all_finite(params, loss), at_step, failed)
-        return (params, state, failed), loss
-
-    loss0 = loss_fn(params)
-    failed0 = jnp.where(all_finite(params, loss0), -1, 0).astype(record_steps.dtype)
-    (params, _, failed), losses = lax.scan(
-        segment, (params, state0, failed0), (jnp.diff(record_steps), record_steps[1:])
+    (params, _), recs, failed = record_loop(
+        advance, record, (params, state0), record_steps, finite=all_finite
     )
     return FitResult(
         step=record_steps,
-        loss=jnp.concatenate([loss0[None], losses]),
+        loss=recs["loss"],
         params=params,
         failed_step=failed,
+        saved_params=recs.get("params"),
     )
 
 
-_fit_jit = jax.jit(_fit, static_argnames=("loss_fn", "rule", "optimizer"))
+_fit_jit = jax.jit(_fit, static_argnames=("loss_fn", "rule", "optimizer", "save_params"))

@@ -23,6 +23,11 @@ start on one point (:class:`BalancedFlow`), which the flow solver uses in log sp
 (docs/theory.md §3); ``tests/test_rules.py`` checks each closed form against the
 generic field built from ``direction``. A user rule without one is solved in the
 generic (linear) formulation.
+
+A *random* rule (``random=True``, e.g. :data:`RANDOM_L2`) gets a PRNG key and the step
+number as well; the discrete runners hand them, flows refuse it. What a direction
+returns must have the gradient's structure, shapes and dtypes: anything else is refused
+when first traced (an int ``eps`` would truncate to 0 and run GD under the rule's name).
 """
 
 from __future__ import annotations
@@ -141,24 +146,55 @@ class PerturbationRule:
     """How the ascent direction ``eps`` is made from the gradient.
 
     Frozen and hashable: a rule is a static argument of compiled programs (a rule
-    made with a lambda compiles once per rule object).
+    made with a lambda compiles once per rule object). Its fields are checked when it
+    is made, and what ``direction`` returns when it is first traced (:meth:`perturbed`):
+    an ``eps`` whose pytree structure, leaf shapes or dtypes differ from the gradient's
+    is refused with an ``InputError``, never broadcast or cast.
 
     Attributes:
         name: the method's name in files and on the command line.
         direction: ``(g, batch_ndim) -> eps`` over pytrees, or None for no ascent step
             (GD); ``batch_ndim`` trailing axes of every leaf are independent problems
             (norms are per batch element). A zero gradient should give a zero eps.
+            ``eps`` has the structure, shapes and dtypes of ``g``.
         scale_invariant: ``eps(c g) = eps(g)`` for every ``c > 0``. Then, for one data
             point, the loss factors out of the dynamics (docs/theory.md §3) and the
             engine takes ``eps`` from the gradient without its loss factor. False (the
             safe default) always uses the true gradient.
         balanced: closed form of the flow from a balanced positive start (or None).
+        random: ``direction`` is ``(g, batch_ndim, key, step) -> eps``: it also gets a
+            PRNG key of its own for this step and the step's number (from 0). The
+            discrete runners hand both (:func:`samflow.discrete.simulate`,
+            :func:`samflow.fit`, the image training); a random rule has no flow.
     """
 
     name: str
-    direction: Callable[[PyTree, int], PyTree] | None
+    direction: Callable[..., PyTree] | None
     scale_invariant: bool = False
     balanced: BalancedFlow | None = None
+    random: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InputError(f"a rule's name must be a non-empty string, got {self.name!r}")
+        if self.direction is not None and not callable(self.direction):
+            raise InputError(
+                f"rule {self.name}: direction must be a function g -> eps or None, "
+                f"got {self.direction!r}"
+            )
+        for flag in ("scale_invariant", "random"):
+            if not isinstance(getattr(self, flag), bool):
+                raise InputError(
+                    f"rule {self.name}: {flag} must be True or False, got {getattr(self, flag)!r}"
+                )
+        if self.balanced is not None and not isinstance(self.balanced, BalancedFlow):
+            raise InputError(
+                f"rule {self.name}: balanced must be a BalancedFlow or None, got {self.balanced!r}"
+            )
+        if self.random and (self.direction is None or self.balanced is not None):
+            raise InputError(
+                f"rule {self.name}: a random rule needs a direction and has no closed-form flow"
+            )
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -183,12 +219,71 @@ class PerturbationRule:
         """Whether the rule perturbs (and so needs a radius rho)."""
         return self.direction is not None
 
-    def perturbed(self, params: PyTree, grads: PyTree, rho, batch_ndim: int = 0) -> PyTree:
-        """``params + rho * eps(grads)``; ``params`` itself for a rule without ascent."""
+    def perturbed(
+        self,
+        params: PyTree,
+        grads: PyTree,
+        rho,
+        batch_ndim: int = 0,
+        *,
+        key: Array | None = None,
+        step: Array | None = None,
+    ) -> PyTree:
+        """``params + rho * eps(grads)``; ``params`` itself for a rule without ascent.
+
+        ``key`` (this step's PRNG key) and ``step`` (its number) are what a random
+        rule's direction gets; other rules ignore them.
+        """
         if self.direction is None:
             return params
-        eps = self.direction(grads, batch_ndim)
+        if self.random:
+            if key is None or step is None:
+                raise InputError(
+                    f"rule {self.name} draws a random direction and needs a key and a step "
+                    "number: run it with a discrete runner (a flow has neither)"
+                )
+            eps = self.direction(grads, batch_ndim, key, step)
+        else:
+            eps = self.direction(grads, batch_ndim)
+        _check_like(self.name, eps, grads)
         return jax.tree_util.tree_map(lambda p, e: p + rho * e, params, eps)
+
+
+def _check_like(name: str, eps: PyTree, grads: PyTree) -> None:
+    """InputError unless ``eps`` has the structure, shapes and dtypes of ``grads``
+    (checked when traced: these are static properties)."""
+    want, got = jax.tree_util.tree_structure(grads), jax.tree_util.tree_structure(eps)
+    if want != got:
+        raise InputError(
+            f"rule {name}: direction returned a pytree of structure {got}; "
+            f"it must have the gradient's structure {want}"
+        )
+    for path, g, e in zip(
+        (
+            jax.tree_util.keystr(p) or "eps"
+            for p, _ in jax.tree_util.tree_flatten_with_path(grads)[0]
+        ),
+        jax.tree_util.tree_leaves(grads),
+        jax.tree_util.tree_leaves(eps),
+        strict=True,
+    ):
+        shape, dtype = jnp.shape(e), jnp.result_type(e)
+        if shape != jnp.shape(g) or dtype != jnp.result_type(g):
+            raise InputError(
+                f"rule {name}: direction returned {path} of shape {shape} and dtype {dtype}; "
+                f"it must match the gradient's shape {jnp.shape(g)} and dtype "
+                f"{jnp.result_type(g)} (no broadcasting, no casting)"
+            )
+
+
+def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) -> PyTree:
+    leaves, treedef = jax.tree_util.tree_flatten(g)
+    keys = jax.random.split(key, len(leaves))
+    z = [
+        jax.random.normal(k, jnp.shape(leaf), jnp.result_type(leaf))
+        for k, leaf in zip(keys, leaves, strict=True)
+    ]
+    return _l2_direction(jax.tree_util.tree_unflatten(treedef, z), batch_ndim)
 
 
 GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
@@ -199,6 +294,12 @@ USAM = PerturbationRule("usam", _usam_direction, False, _log_form(_usam_log_c))
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
 METHODS: tuple[str, ...] = tuple(inputs.METHODS)
 """The names of the built-in rules (listed, without JAX, in :data:`samflow.inputs.METHODS`)."""
+
+RANDOM_L2 = PerturbationRule("random-l2", _random_l2_direction, True, random=True)
+"""A control, not a method of the paper: a direction drawn uniformly on the unit sphere
+at every step, ``eps = z / ||z||_2`` with ``z ~ N(0, I)`` (a new ``z`` per step and per
+batch element), so ``theta + rho * eps`` lies at distance ``rho`` in a random direction.
+An example of a random rule; it is not in :data:`METHODS`."""
 
 
 def get_rule(method: str | PerturbationRule) -> PerturbationRule:

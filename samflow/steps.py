@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+from jax import Array
 
 from samflow.rules import PerturbationRule
 
@@ -47,6 +48,8 @@ def step(
     *,
     ascent_fn: Callable[[PyTree], PyTree] | None = None,
     batch_ndim: int = 0,
+    key: Array | None = None,
+    t: Array | None = None,
 ) -> tuple[PyTree, StepInfo]:
     """One update ``params - eta * grad Loss(params + rho * eps(grad Loss(params)))``.
 
@@ -60,6 +63,8 @@ def step(
         batch_ndim: how many trailing axes of every leaf are independent problems
             (batch-last sweeps): norms are per batch element, and ``rho``, ``eta``
             (shape ``[*batch]`` or scalar) broadcast against the leaves.
+        key, t: this step's PRNG key and its number (from 0), for a random rule
+            (:attr:`samflow.rules.PerturbationRule.random`); other rules ignore them.
     """
     if rule.direction is None:
         descent, aux = grad_fn(params)
@@ -69,6 +74,8 @@ def step(
             ascent, aux = ascent_fn(params), None
         else:
             ascent, aux = grad_fn(params)
-        descent, aux_perturbed = grad_fn(rule.perturbed(params, ascent, rho, batch_ndim))
+        descent, aux_perturbed = grad_fn(
+            rule.perturbed(params, ascent, rho, batch_ndim, key=key, step=t)
+        )
     new = jax.tree_util.tree_map(lambda p, g: p - eta * g, params, descent)
     return new, StepInfo(aux=aux, aux_perturbed=aux_perturbed)

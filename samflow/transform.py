@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import optax
+from jax import Array
 
 from samflow.errors import InputError
 from samflow.rules import PerturbationRule, check_rho, get_rule
@@ -51,7 +52,9 @@ def sam(
     - returns ``base.update(grad_fn(params + rho * eps(g)), state, params, **extra)``:
       ``base`` sees the unperturbed ``params`` (for weight decay) and any other extra
       arguments. A rule without ascent (GD) passes ``grads`` straight through and never
-      calls ``grad_fn``.
+      calls ``grad_fn``;
+    - ``key``, ``step``: this step's PRNG key and number, which a random rule
+      (:attr:`~samflow.rules.PerturbationRule.random`) needs and other rules ignore.
 
     Why ``base = optax.sgd(eta)`` is exactly :func:`samflow.steps.step`: ``optax.sgd``
     without momentum is ``scale_by_learning_rate``, stateless, and maps ``u`` to
@@ -82,6 +85,8 @@ def sam(
         params: PyTree | None = None,
         *,
         grad_fn: Callable[[PyTree], PyTree] | None = None,
+        key: Array | None = None,
+        step: Array | None = None,
         **extra_args,
     ) -> tuple[PyTree, optax.OptState]:
         if rule.direction is not None:
@@ -91,7 +96,7 @@ def sam(
                     f"params={'None' if params is None else 'given'}, "
                     f"grad_fn={'None' if grad_fn is None else 'given'}"
                 )
-            grads = grad_fn(rule.perturbed(params, grads, rho))
+            grads = grad_fn(rule.perturbed(params, grads, rho, key=key, step=step))
         return base.update(grads, state, params, **extra_args)
 
     return optax.GradientTransformationExtraArgs(base.init, update)
@@ -102,8 +107,14 @@ def apply_step(
     params: PyTree,
     state: optax.OptState,
     grad_fn: Callable[[PyTree], PyTree],
+    *,
+    key: Array | None = None,
+    step: Array | None = None,
 ) -> tuple[PyTree, optax.OptState]:
-    """One step of ``tx`` (e.g. from :func:`sam`) with ``grad_fn``: new ``(params, state)``."""
+    """One step of ``tx`` (e.g. from :func:`sam`) with ``grad_fn``: new ``(params, state)``.
+
+    ``key`` and ``step`` (this step's PRNG key and number) go to a random rule.
+    """
     grads = grad_fn(params)
-    updates, state = tx.update(grads, state, params, grad_fn=grad_fn)
+    updates, state = tx.update(grads, state, params, grad_fn=grad_fn, key=key, step=step)
     return optax.apply_updates(params, updates), state
