@@ -28,7 +28,7 @@ CHANNELS = (8, 16, 32)
 
 
 def _data(n_train: int, n_test: int):
-    from samflow.images.data import BinaryTask
+    from samflow.images.tasks import BinaryTask
 
     rng = np.random.default_rng(0)
     raw_test = rng.uniform(0, 1, (n_test, 28, 28, 1)).astype(np.float32)
@@ -66,10 +66,12 @@ def samflow_run(
 
     from samflow.images.models import cnn_classifier
     from samflow.images.train import TrainConfig, make_run, task_arrays
+    from samflow.runners import Discrete
 
     classifier = cnn_classifier(1, CHANNELS, conv=conv)
     data = task_arrays(_data(n_train, n_test), 0.1)
-    config = TrainConfig("sam-l2", RHO, ETA, steps, batch, steps, loop=loop)
+    runner = Discrete(eta=ETA, steps=steps, record_every=steps)
+    config = TrainConfig("sam-l2", RHO, runner, batch, loop=loop)
     run = make_run(classifier, config)
     params0 = classifier.init(jax.random.key(0))
 

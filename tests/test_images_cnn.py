@@ -13,7 +13,12 @@ from tolerance import CNN_REORDER_RTOL, F32_EPS, assert_close, norm_rel
 from samflow import rules, steps
 from samflow.errors import InputError
 from samflow.images import attribution, models, train
-from samflow.images.data import BinaryTask
+from samflow.images.tasks import BinaryTask
+from samflow.runners import Discrete
+
+
+def _runner(eta: float, steps: int, record_every: int) -> Discrete:
+    return Discrete(eta=eta, steps=steps, record_every=record_every)
 
 
 def test_cnn_shapes_and_alpha_scaling():
@@ -176,7 +181,7 @@ def test_one_sam_step_on_the_cnn_matches_optax():
 def test_base_optimizers_train_as_optax_contrib_sam(base_optimizer, base):
     task = _planted_patch_task(n=16, size=8)
     clf = models.diagonal_classifier((1, 8, 8), alpha=0.5)
-    config = train.TrainConfig("sam-l2", 0.1, 0.2, 6, None, 3, base_optimizer)
+    config = train.TrainConfig("sam-l2", 0.1, _runner(0.2, 6, 3), None, base_optimizer)
     data = train.task_arrays(task, 0.6)
     params0 = clf.init(None) * jnp.linspace(0.5, 1.5, 64)
     ours, history = train.make_run(clf, config)(params0, jax.random.key(0), data)
@@ -195,10 +200,10 @@ def test_base_optimizers_train_as_optax_contrib_sam(base_optimizer, base):
 
     update = jax.jit(lambda p, s: sam.update(grad(p), s, p, grad_fn=lambda q, _: grad(q)))
     theirs, state, losses = params0, sam.init(params0), []
-    for t in range(config.steps + 1):
+    for t in range(config.runner.steps + 1):
         if t % config.record_every == 0:
             losses.append(float(clf.grad_and_aux(theirs, data.x_train, data.y_train)[1].loss))
-        if t < config.steps:
+        if t < config.runner.steps:
             updates, state = update(theirs, state)
             theirs = optax.apply_updates(theirs, updates)
     # Six steps by two programs: a few roundings of the parameters' scale per step
@@ -209,10 +214,29 @@ def test_base_optimizers_train_as_optax_contrib_sam(base_optimizer, base):
     assert history.loss[-1] < history.loss[0]
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("sam-l2", float("inf"), _runner(0.1, 4, 2)), "rho must be a finite number >= 0, got inf"),
+        (("sam-l2", -1.0, _runner(0.1, 4, 2)), "rho must be a finite number >= 0, got -1.0"),
+        (
+            ("sam-l2", 0.1, _runner(0.1, 4, 3)),
+            r"steps \(4\) must be a multiple of record_every \(3\)",
+        ),
+        (("sam-l2", 0.1, Discrete(steps=100, log_records=5)), "evenly spaced"),
+        (("sam-l2", 0.1, _runner(0.1, 4, 2), 0), "batch must be an integer >= 1 or None, got 0"),
+        (("sam-l2", 0.1, _runner(0.1, 4, 2), None, "sgd", "gpu"), "unknown loop 'gpu'"),
+        (("sam-l2", 0.1, {"eta": 0.1}), "needs a Discrete runner"),
+    ],
+)
+def test_a_bad_training_config_names_the_value(args, message):
+    with pytest.raises(InputError, match=message):
+        train.TrainConfig(*args)
+
+
 def test_unknown_base_optimizer_is_an_input_error():
-    config = train.TrainConfig("gd", 0.0, 0.1, 2, None, 1, "rmsprop")
     with pytest.raises(InputError, match="'rmsprop'"):
-        config.check(10)
+        train.TrainConfig("gd", 0.0, _runner(0.1, 2, 1), None, "rmsprop")
 
 
 def test_diagonal_gradient_matches_autodiff():
@@ -256,7 +280,7 @@ def _planted_patch_task(n: int = 48, size: int = 12) -> BinaryTask:
 def test_gradcam_and_saliency_concentrate_on_a_planted_patch():
     task = _planted_patch_task()
     clf = models.cnn_classifier(1, (4, 8), alpha=1.0)
-    config = train.TrainConfig("gd", 0.0, 1.0, 40, None, 40)
+    config = train.TrainConfig("gd", 0.0, _runner(1.0, 40, 40), None)
     # "Background" here is the patch: its share should be far above its 16/144 area.
     patch = np.zeros((12, 12), bool)
     patch[:4, :4] = True
@@ -277,7 +301,7 @@ def test_gradcam_and_saliency_concentrate_on_a_planted_patch():
 def test_training_records_and_background_share():
     task = _planted_patch_task(n=32, size=8)
     clf = models.diagonal_classifier((1, 8, 8), alpha=0.5)
-    config = train.TrainConfig("sam-l2", 0.1, 0.5, 6, 4, 3)
+    config = train.TrainConfig("sam-l2", 0.1, _runner(0.5, 6, 3), 4)
     result = train.train_seeds(
         clf, task, config, [0, 1], threshold=0.6, examples=np.arange(3), log=lambda _: None
     )
@@ -300,7 +324,11 @@ def test_background_share_by_hand():
     np.testing.assert_allclose(attribution.mean_background_share(maps, background), 0.25)
 
 
-@pytest.mark.parametrize("method, base", [("sam-l2", "sgd"), ("sam-linf", "momentum")])
+@pytest.mark.parametrize(
+    "method, base",
+    [("sam-l2", "sgd"), ("sam-linf", "momentum"), (rules.RANDOM_L2, "sgd")],
+    ids=["sam-l2", "sam-linf", "random-l2"],
+)
 def test_host_and_scan_drivers_agree(method, base):
     """The Python-driven loop (fast on a CPU) and the one compiled program (for a GPU)
     use the same keys and step: the same run to float32 rounding."""
@@ -310,7 +338,7 @@ def test_host_and_scan_drivers_agree(method, base):
     params0 = clf.init(jax.random.key(3))
     out = {}
     for loop in ("host", "scan"):
-        config = train.TrainConfig(method, 0.2, 0.3, 8, 6, 4, base, loop=loop)
+        config = train.TrainConfig(method, 0.2, _runner(0.3, 8, 4), 6, base, loop=loop)
         out[loop] = train.make_run(clf, config)(params0, jax.random.key(5), data)
     # Eight steps by two programs: a few roundings of each leaf's scale per step
     # (measured <= 1.7e-7 of it); the near-zero records (occlusion deltas, ~1e-4) are
@@ -339,7 +367,7 @@ def test_occlusion_of_the_evidence_pixels_hurts_most():
     removes more evidence than setting the rest of the image to the mean."""
     task = _planted_patch_task(n=32, size=8)
     clf = models.diagonal_classifier((1, 8, 8), alpha=0.5)
-    config = train.TrainConfig("gd", 0.0, 0.5, 20, None, 20)
+    config = train.TrainConfig("gd", 0.0, _runner(0.5, 20, 20), None)
     patch = np.zeros((32, 8, 8), bool)
     patch[:, :4, :4] = True
     data = train.task_arrays(task, 0.6)._replace(background=jnp.asarray(~patch))

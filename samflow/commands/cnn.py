@@ -27,6 +27,7 @@ from samflow.images.download import BASE_URL_ENV, ByteProgress, download
 from samflow.images.experiment import DEFAULTS
 from samflow.images.models import CONVS, DEFAULT_CHANNELS, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
+from samflow.images.tasks import DEFAULT_CLASSES
 from samflow.images.train import BASE_OPTIMIZERS, LOOPS
 from samflow.io import FIGURE_SUFFIXES, check_output, write_dataset
 from samflow.rules import METHODS
@@ -82,7 +83,7 @@ def register(subparsers) -> None:
         "--classes",
         help="class pair A,B (digits or CIFAR names; a side may be a group, 0+1+2+3+4); "
         "A is labelled -1, B +1; default: "
-        + ", ".join(f"{k} {a},{b}" for k, (a, b) in image_data.DEFAULT_CLASSES.items()),
+        + ", ".join(f"{k} {a},{b}" for k, (a, b) in DEFAULT_CLASSES.items()),
     )
     cnn.add_argument(
         "--method",

@@ -20,16 +20,14 @@ import argparse
 import pathlib
 import sys
 
-import xarray as xr
-
-from samflow.cli import build_parser
-from samflow.commands.cnn import run_cnn
 from samflow.errors import InputError
+from samflow.images import study
 from samflow.images.data import DATASETS, default_data_dir, load_dataset
 from samflow.images.plot import gradcam_figure
+from samflow.io import write_dataset
 
-QUICK = ["--steps", "40", "--record-every", "20", "--seeds", "2", "--n-train", "300",
-         "--n-test", "200"]  # fmt: skip
+QUICK = {"steps": 40, "record_every": 20, "seeds": 2, "n_train": 300, "n_test": 200}
+"""Brief training on a subsample: a smoke test of the pipeline, not a result."""
 
 
 def build(out_dir: pathlib.Path, quick: bool) -> list[pathlib.Path]:
@@ -44,15 +42,17 @@ def build(out_dir: pathlib.Path, quick: bool) -> list[pathlib.Path]:
             print(f"gradcam: skipped {name}: {err}")
             continue
         nc = out_dir / f"gradcam_{name}.nc"
-        argv = ["cnn", "--dataset", name, "--data-dir", str(data_dir),
-                "--method", "gd,sam-l2", "--out", str(nc), *(QUICK if quick else [])]  # fmt: skip
-        args = build_parser().parse_args(argv)
-        args.command_line = "samflow " + " ".join(argv)
-        run_cnn(args)
-        with xr.open_dataset(nc) as ds:
-            figures = gradcam_figure(
-                ds.load(), [out_dir / f"gradcam_{name}.png", out_dir / f"gradcam_{name}.pdf"]
-            )
+        ds = study(
+            ["gd", "sam-l2"],
+            dataset=name,
+            data_dir=str(data_dir),
+            **(QUICK if quick else {}),
+            history=f"samflow.figures.gradcam.build({str(out_dir)!r}, quick={quick})",
+        )
+        write_dataset(ds, nc)
+        figures = gradcam_figure(
+            ds, [out_dir / f"gradcam_{name}.png", out_dir / f"gradcam_{name}.pdf"]
+        )
         written += [nc, *figures]
     return written
 

@@ -3,14 +3,18 @@
 With a medium initialisation scale, l2-SAM makes a CNN attend to dark background and
 weak features that GD ignores. This subpackage makes that measurable:
 
-- :mod:`samflow.images.data`: find and read MNIST, CIFAR-10 and SVHN in a data
-  directory; binary tasks (a class pair, labels in {-1, +1}).
+- :mod:`samflow.images.data`: find MNIST, CIFAR-10 and SVHN in a data directory.
+- :mod:`samflow.images.formats`: read their files (IDX, npz, CIFAR pickles through a
+  safe unpickler, SVHN .mat).
+- :mod:`samflow.images.tasks`: binary tasks (two classes or groups, labels in
+  {-1, +1}, subsampling, standardised inputs).
 - :mod:`samflow.images.download`: ``samflow data download``: checked, resumable fetch.
 - :mod:`samflow.images.models`: the small CNN (an ``eqx.Module``) and the L = 2 diagonal
   network on flattened pixels (the bridge to the theory), behind one interface.
 - :mod:`samflow.images.attribution`: Grad-CAM, input-gradient saliency, background share.
 - :mod:`samflow.images.train`: training with the engine's own step
-  (:func:`samflow.steps.step`), a host loop or one ``lax.scan``; metrics at a schedule.
+  (:func:`samflow.steps.step`) and runner (:class:`samflow.Discrete`), a host loop or
+  the engine's record loop; metrics at a schedule.
 - :mod:`samflow.images.results`: the labelled result file (xarray, written atomically).
 - :mod:`samflow.images.plot`: the input / GD Grad-CAM / SAM Grad-CAM figure.
 - :mod:`samflow.images.experiment`: :func:`study`, the whole study as one call

@@ -14,6 +14,7 @@ import xarray as xr
 
 from samflow.errors import InputError
 from samflow.images import data as image_data
+from samflow.images import tasks
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD, background_mask
 from samflow.images.models import DEFAULT_CHANNELS, check_conv, make_classifier
 from samflow.images.results import DEFAULT_MATCH_LOSS, build_dataset
@@ -23,6 +24,7 @@ from samflow.images.train import (
     train_seeds,
     uniform_share,
 )
+from samflow.runners import Discrete
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
 # the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
@@ -47,19 +49,19 @@ def check_alphas(alpha: float | Sequence[float], shown: str | None = None) -> li
     alphas = [float(a) for a in np.atleast_1d(np.asarray(alpha, dtype=np.float64))]
     shown = shown if shown is not None else ",".join(f"{a:g}" for a in alphas)
     if not alphas or not all(np.isfinite(alphas)) or min(alphas) <= 0:
-        raise InputError(f"--alpha must be positive, got {shown}")
+        raise InputError(f"alpha must be positive, got {shown}")
     if len(set(alphas)) < len(alphas):
-        raise InputError(f"--alpha repeats a value: {shown}")
+        raise InputError(f"alpha repeats a value: {shown}")
     return alphas
 
 
 def check_settings(*, background_threshold: float, match_loss: float) -> None:
     """InputError naming a bad measurement setting (the training settings are
-    :meth:`samflow.images.train.TrainConfig.check`'s)."""
+    :class:`samflow.images.train.TrainConfig`'s)."""
     if not 0 < background_threshold <= 1:
-        raise InputError(f"--background-threshold must be in (0, 1], got {background_threshold}")
+        raise InputError(f"background_threshold must be in (0, 1], got {background_threshold}")
     if not 0 < match_loss:
-        raise InputError(f"--match-loss must be positive, got {match_loss}")
+        raise InputError(f"match_loss must be positive, got {match_loss}")
 
 
 def study(
@@ -103,28 +105,26 @@ def study(
     check_conv(conv)
     check_settings(background_threshold=background_threshold, match_loss=match_loss)
     batch = batch or None  # 0 or None: full batch
-    configs = [
-        TrainConfig(m, rho, eta, steps, batch, record_every, base_optimizer, loop) for m in methods
-    ]
-    for config in configs:
-        config.check()  # before any data is read
-    pair = image_data.parse_classes(classes, dataset)
+    runner = Discrete(eta=eta, steps=steps, record_every=record_every)
+    # Made (and so checked) before any data is read.
+    configs = [TrainConfig(m, rho, runner, batch, base_optimizer, loop) for m in methods]
+    pair = tasks.parse_classes(classes, dataset)
     data = image_data.load_dataset(dataset, data_dir, split_seed=split_seed)
     if data.split_note:
         log(f"note: {data.split_note}")
-    task = image_data.binary_task(
+    task = tasks.binary_task(
         data, pair, n_train=n_train, n_test=n_test, normalise=normalise, seed=split_seed
     )
     n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
     height, width = task.x_train.shape[2:]
     if model == "cnn" and min(height, width) < 2 ** (len(channels) - 1):
         raise InputError(
-            f"--channels {','.join(map(str, channels))}: {len(channels)} conv layers "
+            f"channels {','.join(map(str, channels))}: {len(channels)} conv layers "
             f"halve the {height}x{width} images {len(channels) - 1} times, to nothing; "
             f"use at most {min(height, width).bit_length()} layers"
         )
     for config in configs:
-        config.check(n_train)
+        config.check_batch(n_train)
     log(
         f"{dataset} {task.class_names[0]} (-1) vs {task.class_names[1]} (+1): "
         f"{n_train} training, {n_test} test images; model {model}, alpha "
@@ -153,7 +153,7 @@ def study(
     attrs = {
         "title": "GD vs SAM on images: background share of attribution",
         "dataset": dataset,
-        "classes": image_data.classes_text(pair),
+        "classes": tasks.classes_text(pair),
         "class_names": task.class_names,
         "split_note": data.split_note or "train and test splits as published",
         "source": data.source,

@@ -1,6 +1,7 @@
 """Training image classifiers with the engine's own step, and metrics at a schedule.
 
-One run is ``init`` + :func:`samflow.steps.step`, with metrics taken at steps
+One run is ``init`` + :func:`samflow.steps.step` driven by a
+:class:`~samflow.runners.Discrete` runner, with metrics taken at its records
 ``0, record_every, 2 * record_every, ..., steps``. With a base optimiser other than
 plain SGD (momentum, Adam) the step is :func:`samflow.transform.sam` around it, its
 state carried along. Seeds (initialisation and minibatch order) run one after another
@@ -9,8 +10,9 @@ with the seed, and every method sees the same initialisation and minibatches per
 
 Two drivers, the same numbers (the same keys, the same step function):
 
-- ``scan``: one compiled program, an outer ``lax.scan`` over records, each an inner scan
-  of ``record_every`` steps. Best where dispatch is costly (a GPU).
+- ``scan``: one compiled program, the engine's record loop
+  (:func:`samflow.loop.record_loop`), each interval an inner scan of ``record_every``
+  steps. Best where dispatch is costly (a GPU).
 - ``host``: a Python loop over one compiled step and one compiled evaluation. On a CPU
   this is several times faster: XLA's CPU convolution runs far slower inside a loop body
   than outside one (jax-ml/jax#12868; benchmarks/bench.py case 5 measures it).
@@ -43,8 +45,10 @@ from samflow.images.attribution import (
     background_mask,
     mean_background_share,
 )
-from samflow.images.data import BinaryTask
 from samflow.images.models import Classifier, PyTree, logistic_loss
+from samflow.images.tasks import BinaryTask
+from samflow.loop import Interval, record_loop
+from samflow.runners import Discrete, check_counters
 from samflow.transform import apply_step, sam
 
 BASE_OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -100,57 +104,78 @@ def base_optimizer(name: str, eta: float) -> optax.GradientTransformation | None
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train.
+    """How to train: a rule at a radius, the :class:`~samflow.runners.Discrete` runner
+    (step size, steps, records), the minibatches, the base optimiser and the driver.
+
+    Checked when made (``InputError`` naming the bad value); the batch against the
+    training set by :meth:`check_batch`, once the data is read.
 
     Attributes:
-        method: a method of :data:`samflow.rules.METHODS` (``gd``, ``sam-l2``, ...).
-        rho: SAM perturbation radius (ignored by GD).
-        eta: step size (the learning rate of the base optimiser).
-        steps: number of steps, a multiple of ``record_every``.
+        method: a method of :data:`samflow.rules.METHODS` (``gd``, ``sam-l2``, ...) or a
+            :class:`~samflow.rules.PerturbationRule` (made a rule when the config is).
+        rho: SAM perturbation radius, finite and ``>= 0`` (ignored by GD).
+        runner: ``eta`` (the learning rate of the base optimiser), ``steps`` and the
+            records, which must be evenly spaced (``record_every`` dividing ``steps``):
+            the minibatch keys are drawn per record interval.
         batch: minibatch size, or None for full-batch steps.
-        record_every: steps between two records.
         base_optimizer: what takes the (SAM) gradient, one of :data:`BASE_OPTIMIZERS`
             (see :func:`base_optimizer`).
         loop: the driver, one of :data:`LOOPS` (module docstring).
     """
 
-    method: str
+    method: str | rules.PerturbationRule
     rho: float
-    eta: float
-    steps: int
-    batch: int | None
-    record_every: int
+    runner: Discrete
+    batch: int | None = None
     base_optimizer: str = "sgd"
     loop: str = "auto"
+
+    def __post_init__(self) -> None:
+        rule = rules.get_rule(self.method)
+        object.__setattr__(self, "method", rule)
+        object.__setattr__(self, "rho", rules.check_rho(rule, self.rho))
+        if not isinstance(self.runner, Discrete):
+            raise InputError(f"image training needs a Discrete runner, got {self.runner!r}")
+        check_counters(self.runner, "float32")  # images compute in float32
+        base_optimizer(self.base_optimizer, self.runner.eta)  # an unknown name raises
+        if self.loop not in LOOPS:
+            raise InputError(f"unknown loop {self.loop!r}; choose from {', '.join(LOOPS)}")
+        if self.batch is not None and (isinstance(self.batch, bool) or not self.batch >= 1):
+            raise InputError(f"batch must be an integer >= 1 or None, got {self.batch!r}")
+        times, every = self.runner.times(), self.runner.record_every
+        gaps = np.unique(np.diff(times))
+        if gaps.size != 1 or (every is not None and self.runner.steps % every):
+            every = every or "none"
+            raise InputError(
+                f"steps ({self.runner.steps}) must be a multiple of record_every ({every}): "
+                "image training records at evenly spaced steps"
+            )
+        if times.size - 1 > MAX_RECORDS:
+            raise InputError(
+                f"steps {self.runner.steps} / record_every {int(gaps[0])} makes "
+                f"{times.size - 1} records; at most {MAX_RECORDS}"
+            )
+
+    @property
+    def rule(self) -> rules.PerturbationRule:
+        """The perturbation rule (``method`` is one once the config is made)."""
+        return self.method
+
+    @property
+    def record_every(self) -> int:
+        """Steps between two records."""
+        times = self.runner.times()
+        return int(times[1] - times[0])
 
     @property
     def n_records(self) -> int:
         """Records including the one at step 0."""
-        return self.steps // self.record_every + 1
+        return int(self.runner.times().size)
 
-    def check(self, n_train: int | None = None) -> None:
-        """InputError naming the bad value, if any; the batch against ``n_train`` too
-        when it is given (the rest needs no data)."""
-        rules.get_rule(self.method)
-        base_optimizer(self.base_optimizer, self.eta)  # an unknown name raises
-        if self.loop not in LOOPS:
-            raise InputError(f"unknown loop {self.loop!r}; choose from {', '.join(LOOPS)}")
-        if not self.rho >= 0:
-            raise InputError(f"--rho must be >= 0, got {self.rho}")
-        if not self.eta > 0:
-            raise InputError(f"--eta must be positive, got {self.eta}")
-        if self.steps < 1 or self.record_every < 1 or self.steps % self.record_every:
-            raise InputError(
-                f"--steps ({self.steps}) must be a positive multiple of "
-                f"--record-every ({self.record_every})"
-            )
-        if self.steps // self.record_every > MAX_RECORDS:
-            raise InputError(
-                f"--steps {self.steps} / --record-every {self.record_every} makes "
-                f"{self.steps // self.record_every} records; at most {MAX_RECORDS}"
-            )
-        if n_train is not None and self.batch is not None and not 1 <= self.batch <= n_train:
-            raise InputError(f"--batch {self.batch} must be between 1 and n_train = {n_train}")
+    def check_batch(self, n_train: int) -> None:
+        """InputError unless the minibatch fits in the ``n_train`` training images."""
+        if self.batch is not None and not self.batch <= n_train:
+            raise InputError(f"batch {self.batch} must be between 1 and n_train = {n_train}")
 
 
 class Metrics(NamedTuple):
@@ -183,7 +208,7 @@ class Metrics(NamedTuple):
 
 
 class TaskArrays(NamedTuple):
-    """Device copies of a task; shapes as in :class:`samflow.images.data.BinaryTask`.
+    """Device copies of a task; shapes as in :class:`samflow.images.tasks.BinaryTask`.
 
     Fields:
         x_train: ``[n_train, C, H, W]``; y_train: ``[n_train]``;
@@ -267,28 +292,31 @@ def make_run(
     """``(params0, key, data) -> (final params, Metrics [n_records])``, compiled once.
 
     Step ``i`` of record interval ``r`` uses the minibatch key
-    ``split(split(key, n_records - 1)[r], record_every)[i]`` in both drivers.
+    ``split(split(key, n_records - 1)[r], record_every)[i]`` in both drivers; a random
+    rule draws with ``fold_in`` of that key and 1, and gets the step's number.
     """
-    rule = rules.get_rule(config.method)
-    base = base_optimizer(config.base_optimizer, config.eta)
+    rule, rho, eta = config.rule, config.rho, config.runner.eta
+    record_every, n_records = config.record_every, config.n_records
+    base = base_optimizer(config.base_optimizer, eta)
     # Plain SGD keeps the engine's own step, so earlier results are reproduced exactly.
-    tx = None if base is None else sam(base, config.rho, rule)
+    tx = None if base is None else sam(base, rho, rule)
 
-    def one_step(carry: tuple[PyTree, optax.OptState], key: Array, data: TaskArrays):
+    def one_step(carry: tuple[PyTree, optax.OptState], key: Array, t: Array, data: TaskArrays):
         params, opt_state = carry
         if config.batch is None:
             x, y = data.x_train, data.y_train
         else:
             idx = jax.random.choice(key, data.x_train.shape[0], (config.batch,), replace=False)
             x, y = data.x_train[idx], data.y_train[idx]
+        rule_key = jax.random.fold_in(key, 1) if rule.random else None
 
         def grad_and_aux(p: PyTree):
             return classifier.grad_and_aux(p, x, y)
 
         if tx is None:
-            new, _ = steps.step(params, grad_and_aux, rule, config.rho, config.eta)
+            new, _ = steps.step(params, grad_and_aux, rule, rho, eta, key=rule_key, t=t)
             return new, opt_state
-        return apply_step(tx, params, opt_state, lambda p: grad_and_aux(p)[0])
+        return apply_step(tx, params, opt_state, lambda p: grad_and_aux(p)[0], key=rule_key, step=t)
 
     if resolve_loop(config.loop) == "host":
         options = compiler_options()
@@ -296,48 +324,45 @@ def make_run(
         evaluate_fn = jax.jit(
             lambda params, data: evaluate(classifier, params, data), compiler_options=options
         )
-        split_fn = jax.jit(lambda k: jax.random.split(k, config.record_every))
+        split_fn = jax.jit(lambda k: jax.random.split(k, record_every))
 
         def run_host(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
-            chunk_keys = jax.random.split(key, config.n_records - 1)
+            chunk_keys = jax.random.split(key, n_records - 1)
             carry = (params0, None if tx is None else tx.init(params0))
             history = []
-            for r in range(config.n_records):
+            for r in range(n_records):
                 history.append(evaluate_fn(carry[0], data))
-                if r < config.n_records - 1:
+                if r < n_records - 1:
                     step_keys = split_fn(chunk_keys[r])
-                    for i in range(config.record_every):
-                        carry = step_fn(carry, step_keys[i], data)
+                    for i in range(record_every):
+                        t = np.int32(r * record_every + i)  # an array: no recompile per t
+                        carry = step_fn(carry, step_keys[i], t, data)
             stacked = jax.tree_util.tree_map(lambda *v: jnp.stack(v), *history)
             return carry[0], stacked
 
         return run_host
 
+    record_steps = np.asarray(config.runner.times(), np.int32)
+
     @functools.partial(jax.jit, compiler_options=compiler_options())
     def run(params0: PyTree, key: Array, data: TaskArrays) -> tuple[PyTree, Metrics]:
-        def train_chunk(carry, chunk_key: Array):
-            step_keys = jax.random.split(chunk_key, config.record_every)
-            carry, _ = jax.lax.scan(lambda c, k: (one_step(c, k, data), None), carry, step_keys)
+        chunk_keys = jax.random.split(key, n_records - 1)
+
+        def advance(carry, interval: Interval):
+            step_keys = jax.random.split(chunk_keys[interval.index], record_every)
+            numbers = interval.start + jnp.arange(record_every, dtype=interval.start.dtype)
+            carry, _ = jax.lax.scan(
+                lambda c, kt: (one_step(c, *kt, data), None), carry, (step_keys, numbers)
+            )
             return carry
 
-        def one_record(carry, xs: tuple[Array, Array]):
-            index, chunk_key = xs
-            # Evaluate, then train up to the next record (nothing after the last one): one
-            # copy of each in the program, which halves compilation time.
-            metrics = evaluate(classifier, carry[0], data)
-            carry = jax.lax.cond(
-                index < config.n_records - 1, train_chunk, lambda c, _: c, carry, chunk_key
-            )
-            return carry, metrics
+        def record(carry):
+            return carry, evaluate(classifier, carry[0], data)
 
-        chunk_keys = jax.random.split(key, config.n_records - 1)
-        # The last record trains nothing; its key is a placeholder.
-        chunk_keys = jnp.concatenate([chunk_keys, chunk_keys[:1]])
+        # No ``start``: the metrics appear once in the program (half the compile time).
         opt_state0 = None if tx is None else tx.init(params0)
-        (params, _), history = jax.lax.scan(
-            one_record, (params0, opt_state0), (jnp.arange(config.n_records), chunk_keys)
-        )
-        return params, history
+        out = record_loop(advance, record, (params0, opt_state0), jnp.asarray(record_steps))
+        return out.state[0], out.records
 
     return run
 
@@ -385,7 +410,7 @@ def train_seeds(
     log: Callable[[str], None] = print,
 ) -> RunResult:
     """Train ``classifier`` on ``task`` once per seed; metrics and example maps."""
-    config.check(task.x_train.shape[0])
+    config.check_batch(task.x_train.shape[0])
     data = task_arrays(task, threshold)
     run = make_run(classifier, config)
     start = time.perf_counter()
@@ -402,7 +427,7 @@ def train_seeds(
             example_cam, example_saliency = np.asarray(cams), np.asarray(sal)
         base = "" if config.base_optimizer == "sgd" else f" ({config.base_optimizer})"
         log(
-            f"{config.method}{base} seed {seed}: loss {history.loss[-1]:.4f}, "
+            f"{config.rule.name}{base} seed {seed}: loss {history.loss[-1]:.4f}, "
             f"test accuracy {history.test_accuracy[-1]:.3f}, background share "
             f"Grad-CAM {history.background_share[-1]:.3f} / saliency "
             f"{history.saliency_background_share[-1]:.3f} "
@@ -410,9 +435,9 @@ def train_seeds(
         )
     stacked = Metrics(*(np.stack(field) for field in zip(*histories, strict=True)))
     return RunResult(
-        method=config.method,
+        method=config.rule.name,
         seeds=np.asarray(seeds, dtype=np.int64),
-        record_steps=np.arange(config.n_records) * config.record_every,
+        record_steps=config.runner.times(),
         history=stacked,
         example_cam=example_cam,
         example_saliency=example_saliency,
