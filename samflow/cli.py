@@ -36,7 +36,7 @@ LAZY_COMMANDS = {
         "samflow.commands.cnn",
         "train a CNN (or the diagonal network) on images with GD / SAM; Grad-CAM",
     ),
-    "data": ("samflow.commands.cnn", "fetch image data sets"),
+    "data": ("samflow.commands.data", "fetch image data sets"),
 }
 """Commands whose module imports JAX at once: name -> (module, one-line help). Their
 module is imported only when the command is named; ``--help`` lists the line."""

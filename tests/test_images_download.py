@@ -243,7 +243,7 @@ def test_bad_base_url_is_status_2_before_network(table, tmp_path, monkeypatch, b
     monkeypatch.setattr(dl.urllib.request, "urlopen", _no_network)
     argv = ["data", "download", "mnist", "--dir", str(tmp_path), "--base-url", base_url]
     status, _, err = _cli(argv)
-    assert status == 2 and named in _one_line(err, "samflow: error: --base-url")
+    assert status == 2 and named in _one_line(err, "samflow: error: base_url")
     monkeypatch.setenv(dl.BASE_URL_ENV, base_url or "nope")
     status, _, err = _cli(argv[:5])
     assert status == 2 and "$SAMFLOW_DATA_URL" in _one_line(err, "samflow: error:")

@@ -1,10 +1,10 @@
-"""``samflow cnn`` and ``samflow data``: the image experiment on the command line.
+"""``samflow cnn``: the image experiment on the command line.
 
 ``samflow cnn`` trains one or more methods (``--method gd,sam-l2``) with the same data,
-seeds and schedule and writes one result file; ``--figure`` needs both gd and sam-l2,
-since it sets their Grad-CAM maps side by side. ``samflow data download`` fetches a
-data set (see :mod:`samflow.images.download`). Every option is checked, and the output
-paths too, before any data is read or fetched; ``-q`` prints nothing but errors.
+seeds and schedule (:func:`samflow.images.study`) and writes one result file;
+``--figure`` needs both gd and sam-l2, since it sets their Grad-CAM maps side by side.
+Every option is checked, and the output paths too, before any data is read; ``-q``
+prints nothing but errors. ``samflow data download`` is :mod:`samflow.commands.data`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from samflow.commands.common import (
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
-from samflow.images.download import BASE_URL_ENV, ByteProgress, download
 from samflow.images.experiment import DEFAULTS
 from samflow.images.models import CONVS, DEFAULT_CHANNELS, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
@@ -65,7 +64,7 @@ def _channels(text: str) -> tuple[int, ...]:
 
 
 def register(subparsers) -> None:
-    """Add the ``cnn`` and ``data`` subcommands."""
+    """Add the ``cnn`` subcommand."""
     d = DEFAULTS
     cnn = subparsers.add_parser(
         "cnn",
@@ -177,24 +176,6 @@ def register(subparsers) -> None:
     add_output_args(cnn)
     cnn.set_defaults(func=run_cnn)
 
-    data = subparsers.add_parser("data", help="fetch image data sets")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
-    dl = data_sub.add_parser(
-        "download",
-        help="download a data set, verify its SHA-256, resume partial downloads",
-    )
-    dl.add_argument("name", choices=image_data.DATASETS)
-    dl.add_argument(
-        "--dir", help="data directory; files go to DIR/NAME/ (default: as for samflow cnn)"
-    )
-    dl.add_argument(
-        "--base-url",
-        help=f"http(s):// or file:// mirror to fetch from (default: ${BASE_URL_ENV}, else "
-        "the canonical)",
-    )
-    add_output_args(dl)
-    dl.set_defaults(func=run_download)
-
 
 def _methods(text: str) -> list[str]:
     methods = parse_list(text, "--method")
@@ -212,7 +193,7 @@ def run_cnn(args: argparse.Namespace) -> int:
     from samflow.images.experiment import check_alphas, study, summary_lines
     from samflow.images.plot import alpha_figure, gradcam_figure
 
-    say = _printer(args.quiet)
+    say = printer(args.quiet)
     methods = _methods(args.method)
     if args.figure and not {"gd", "sam-l2"} <= set(methods):
         raise InputError("--figure needs both methods: use --method gd,sam-l2")
@@ -264,18 +245,6 @@ def run_cnn(args: argparse.Namespace) -> int:
     return 0
 
 
-def _printer(quiet: bool):
+def printer(quiet: bool):
     """``print``, or a function that prints nothing for ``-q``."""
     return (lambda _text: None) if quiet else print
-
-
-def run_download(args: argparse.Namespace) -> int:
-    """Download a data set; exit status."""
-    say = _printer(args.quiet)
-    if args.dir is not None and not args.dir.strip():
-        raise InputError("--dir is empty")
-    directory = image_data.resolve_data_dir(args.dir)
-    progress = None if args.quiet else ByteProgress(sys.stderr)
-    download(args.name, directory, base_url=args.base_url, log=say, progress=progress)
-    say(f"done: {args.name} in {directory / args.name}")
-    return 0

@@ -166,7 +166,7 @@ def _size(n: int) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
-def check_base_url(url: str, what: str = "--base-url") -> str:
+def check_base_url(url: str, what: str = "base_url") -> str:
     """``url`` ending in ``/`` if it is an http(s) URL with a host or a file URL."""
     parts = urllib.parse.urlsplit(url)
     try:
@@ -319,7 +319,7 @@ def download(
         base = check_base_url(os.environ[BASE_URL_ENV], f"${BASE_URL_ENV}")
     else:
         base = source.base_url
-    target = check_folder(Path(directory).expanduser() / name, f"--dir {str(directory)!r}")
+    target = check_folder(Path(directory).expanduser() / name, f"data directory {str(directory)!r}")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as err:
