@@ -224,6 +224,12 @@ def test_base_optimizers_train_as_optax_contrib_sam(base_optimizer, base):
             r"steps \(4\) must be a multiple of record_every \(3\)",
         ),
         (("sam-l2", 0.1, Discrete(steps=100, log_records=5)), "evenly spaced"),
+        (
+            ("sam-l2", 0.1, Discrete(record_steps=(0, 2, 3))),
+            r"records at steps \[0, 2, 3\] are not",
+        ),
+        (("sam-l2", 0.1, Discrete(steps=201)), r"steps \[0, 2, 4, '...', 200, 201\] are not"),
+        (("sam-l2", 0.1, _runner(0.1, 2**31 - 1, 1)), "2147483647 records; at most 1000000"),
         (("sam-l2", 0.1, _runner(0.1, 4, 2), 0), "batch must be an integer >= 1 or None, got 0"),
         (("sam-l2", 0.1, _runner(0.1, 4, 2), None, "sgd", "gpu"), "unknown loop 'gpu'"),
         (("sam-l2", 0.1, {"eta": 0.1}), "needs a Discrete runner"),

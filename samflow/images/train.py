@@ -142,18 +142,31 @@ class TrainConfig:
             raise InputError(f"unknown loop {self.loop!r}; choose from {', '.join(LOOPS)}")
         if self.batch is not None and (isinstance(self.batch, bool) or not self.batch >= 1):
             raise InputError(f"batch must be an integer >= 1 or None, got {self.batch!r}")
-        times, every = self.runner.times(), self.runner.record_every
-        gaps = np.unique(np.diff(times))
-        if gaps.size != 1 or (every is not None and self.runner.steps % every):
-            every = every or "none"
+        # Counted before ``times()`` is built: a step count of 2^31 would fill memory.
+        runner, every = self.runner, self.runner.record_every
+        n_records = len(runner.record_steps or ()) - 1
+        if every is not None:
+            n_records = runner.steps // every
+        if runner.log_records is not None or (every is not None and runner.steps % every):
             raise InputError(
-                f"steps ({self.runner.steps}) must be a multiple of record_every ({every}): "
+                f"steps ({runner.steps}) must be a multiple of record_every ({every}): "
                 "image training records at evenly spaced steps"
             )
-        if times.size - 1 > MAX_RECORDS:
+        if n_records > MAX_RECORDS:
             raise InputError(
-                f"steps {self.runner.steps} / record_every {int(gaps[0])} makes "
-                f"{times.size - 1} records; at most {MAX_RECORDS}"
+                f"steps {runner.steps} / record_every {every} makes {n_records} records; "
+                f"at most {MAX_RECORDS}"
+            )
+        times = runner.times()
+        if np.unique(np.diff(times)).size != 1:
+            shown = (
+                times.tolist()
+                if times.size <= 6
+                else [*times[:3].tolist(), "...", *times[-2:].tolist()]
+            )
+            raise InputError(
+                f"records at steps {shown} are not evenly spaced: image training records "
+                "at evenly spaced steps (give record_every dividing steps)"
             )
 
     @property
