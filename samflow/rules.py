@@ -196,24 +196,6 @@ class PerturbationRule:
                 f"rule {self.name}: a random rule needs a direction and has no closed-form flow"
             )
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InputError(f"a rule's name must be a non-empty string, got {self.name!r}")
-        if self.direction is not None and not callable(self.direction):
-            raise InputError(
-                f"rule {self.name}: direction must be a function (g, batch_ndim) -> eps "
-                f"or None, got {self.direction!r}"
-            )
-        if not isinstance(self.scale_invariant, bool):
-            raise InputError(
-                f"rule {self.name}: scale_invariant must be True or False, "
-                f"got {self.scale_invariant!r}"
-            )
-        if self.balanced is not None and not isinstance(self.balanced, BalancedFlow):
-            raise InputError(
-                f"rule {self.name}: balanced must be a BalancedFlow or None, got {self.balanced!r}"
-            )
-
     @property
     def needs_rho(self) -> bool:
         """Whether the rule perturbs (and so needs a radius rho)."""

@@ -311,7 +311,7 @@ def test_named_cli_cases(tmp_path, monkeypatch, case):
 
 
 def test_cnn_method_list_refuses_empty_items():
-    from samflow.images.cli import _methods
+    from samflow.commands.cnn import _methods
 
     with pytest.raises(Exception, match="gd,,") as err:
         _methods("gd,,")
