@@ -30,7 +30,7 @@ from jax import Array
 from samflow import inputs
 from samflow.errors import InputError
 from samflow.loop import record_loop, take_steps
-from samflow.precision import DTYPES, precision
+from samflow.precision import precision
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete
 from samflow.steps import step
@@ -113,12 +113,12 @@ def fit(
             raise InputError(f"params must hold float arrays, got {leaf!r}")
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise InputError(f"optimizer must be an optax GradientTransformation, got {optimizer!r}")
-    if dtype is not None and str(dtype) not in DTYPES:
-        raise InputError(f"unknown dtype {dtype!r}; choose float64 or float32")
+    if dtype is not None:
+        dtype = inputs.check_dtype(dtype)
     # step and loss per record, and the parameters at every record if kept
     per_record = 16 + (8 * sum(jnp.size(leaf) for leaf in leaves) if save_params else 0)
     inputs.check_bytes(f"fit with {runner.n_records()} records", per_record * runner.n_records())
-    with precision("float32" if dtype is None else str(dtype)):
+    with precision("float32" if dtype is None else dtype):
         if dtype is not None:
             params = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype), params)
         shape = jax.eval_shape(loss_fn, params).shape
