@@ -133,7 +133,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         rule = rules.get_rule(self.method)
         object.__setattr__(self, "method", rule)
-        object.__setattr__(self, "rho", rules.check_rho(rule, self.rho))
+        # One rho serves every method of a study: GD ignores it.
+        object.__setattr__(self, "rho", rules.check_rho(rule, self.rho, ignored_ok=True))
         if not isinstance(self.runner, Discrete):
             raise InputError(f"image training needs a Discrete runner, got {self.runner!r}")
         check_counters(self.runner, "float32")  # images compute in float32
