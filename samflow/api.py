@@ -92,7 +92,18 @@ def trajectory(
     ``first_amplified``, and for flows where and why the solve ended.
     """
     X, y = inputs.check_problem(mu, data)
+    given_theta0 = theta0
     theta0 = initial_theta(X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0)
+    # Where it started, for the attributes and the history line.
+    start = {
+        "alpha": None if alpha is None else float(alpha),
+        "alpha_per_coord": None
+        if alpha_per_coord is None
+        else np.asarray(alpha_per_coord, dtype=np.float64),
+        "theta0_abs_range": None
+        if given_theta0 is None
+        else np.array([np.abs(theta0).min(), np.abs(theta0).max()]),
+    }
     inputs.check_flag("save_theta", save_theta)
     spec = SweepSpec.from_inputs(
         method,
@@ -106,15 +117,25 @@ def trajectory(
         save_trajectories=True,  # a trajectory keeps beta; and theta, checked next
     )
     spec.check_size(keep_theta=True)
-    return _run_trajectory(spec, X, y, theta0, save_theta, history, mu)
+    return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
 
 
-def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
-    """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``."""
+def _summary(theta0: np.ndarray) -> str:
+    """A short stand-in for a start array in a ``history`` line."""
+    a = np.abs(theta0)
+    return (
+        f"<array {theta0.shape[0]}x{theta0.shape[1]}, |theta0| in [{a.min():.3g}, {a.max():.3g}]>"
+    )
+
+
+def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Dataset:
+    """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``;
+    ``start``: the ``alpha``, ``alpha_per_coord`` or ``theta0_abs_range`` given."""
     from samflow.engine import Points, Setup, run_points
     from samflow.flows import FlowConfig, formulation_for
     from samflow.init import is_balanced
-    from samflow.regimes import NAMES
+    from samflow.model import Problem, major_coordinate
+    from samflow.regimes import MAX_LEADERS, NAMES
     from samflow.schema import TRAJECTORY
 
     rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
@@ -134,6 +155,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
         keep=("beta", "theta"),
         padding=False,
         sharded=False,
+        major=major_coordinate(Problem(X, y)) if n > 1 else 0,
     )
     eta = runner.eta if runner.mode == "discrete" else 0.0
     points = Points(
@@ -147,8 +169,19 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
     times = runner.times()
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
+        given = start["theta0_abs_range"] is not None
         history = inputs.python_call(
-            "trajectory", method=rule.name, depth=depth, mu=mu, rho=rho, runner=runner
+            "trajectory",
+            method=rule.name,
+            depth=depth,
+            mu=mu,
+            alpha=start["alpha"],
+            alpha_per_coord=None
+            if start["alpha_per_coord"] is None
+            else start["alpha_per_coord"].tolist(),
+            theta0=_summary(theta0) if given else None,
+            rho=rho,
+            runner=runner,
         )
     discrete = runner.mode == "discrete"
     data = {
@@ -158,13 +191,20 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
         "tau": r["rescaled_tau"] if discrete else times,
         "beta": r["beta"],
         "loss": r["loss"],
+        "reached": r["reached"],
         "dominant": r["dominant"],
+        "theta0": theta0,
         "theta_final": r["theta_final"][:depth],
         "regime": r["regime"],
         "limit_coord": r["limit_coord"],
+        "handoff": np.arange(MAX_LEADERS),
+        "leader_path": r["leader_path"],
+        "handoff_tau": r["handoff_tau"],
+        "n_leaders": r["n_leaders"],
     }
     if discrete:
         data["step"] = times
+        data["handoff_step"] = r["handoff_step"]
     if save_theta:
         data["theta"] = r["theta"][:, :depth]
     if discrete:
@@ -180,6 +220,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
             "blowup_tau": float(r["blowup_tau"]) if blowup else None,
             "flow_formulation": flow.formulation,
         }
+    outcome["underflow_at_start"] = bool(r["underflow_at_start"])
     settings = {
         "method": rule.name,
         "depth": depth,
@@ -188,6 +229,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu) -> xr.Dataset:
         "dtype": dtype,
         "n_points": n,
         "mu": np.asarray(X[0], dtype=np.float64) if n == 1 else None,
+        **start,
         "regime_meaning": NAMES[int(r["regime"])],
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,

@@ -43,6 +43,21 @@ class Observer(NamedTuple):
     track: Callable
 
 
+class StepObserver(NamedTuple):
+    """Watches the steps (not only the records), carrying a small state.
+
+    Fields:
+        start: ``(beta0, tau0) -> state`` at step 0.
+        step: ``(state, beta, tau, step) -> state`` after every ``unroll`` steps of
+            :func:`simulate` (and each step of a shorter remainder), with the new
+            ``beta`` ``[d, *batch]``, its ``tau`` and step index.
+    :func:`samflow.regimes.path_observer` finds the hand-offs of the leader with it.
+    """
+
+    start: Callable
+    step: Callable
+
+
 class Trajectory(NamedTuple):
     """A recorded discrete run; ``*batch`` are the trailing grid axes of a batched run.
 
@@ -58,6 +73,7 @@ class Trajectory(NamedTuple):
         tracker: with an observer, its state after the last record (the regime
             classifier's :func:`samflow.regimes.finish` reads it with ``tracked``).
         tracked: with an observer, its scalars of every record ``[T, *batch]``.
+        watched: with a step observer, its state after the last step.
     """
 
     step: Array
@@ -69,6 +85,7 @@ class Trajectory(NamedTuple):
     failed_step: Array
     tracker: Any = None
     tracked: dict[str, Array] | None = None
+    watched: Any = None
 
 
 def simulate(
@@ -83,6 +100,7 @@ def simulate(
     save_theta: bool = False,
     unroll: int = 1,
     observer: Observer | None = None,
+    step_observer: StepObserver | None = None,
     record_beta: bool = True,
     key: Array | None = None,
 ) -> Trajectory:
@@ -92,7 +110,9 @@ def simulate(
     batch-last layout of :mod:`samflow.model`) every grid point runs in the same loop,
     and ``problem``, ``depth``, ``rho``, ``eta`` carry the same trailing axes (or
     broadcast). ``record_steps`` ``[T]`` starts at 0. Static: ``rule``, ``save_theta``,
-    ``unroll`` (steps per iteration of the inner loop), ``observer`` (reduce each
+    ``unroll`` (steps per iteration of the inner loop), ``step_observer`` (called after
+    each iteration of the inner loop, e.g. to find the hand-offs of the leading
+    coordinate between the records), ``observer`` (reduce each
     record inside the loop, as sweeps do with :data:`samflow.regimes.OBSERVER`) and
     ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     ``key``: the PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
@@ -122,12 +142,25 @@ def simulate(
         )  # fmt: skip
         return new, tau + eta * info.aux_perturbed.lprime_abs
 
+    def watch(n, state):
+        theta, tau, watched = state
+        return theta, tau, step_observer.step(watched, beta(theta), tau, n)
+
     def advance(carry, interval):
-        theta, tau, tracker = carry
-        theta, tau = take_steps(
-            one_step, (theta, tau), interval.start, interval.length, unroll=unroll
+        (theta, tau, watched), tracker = carry
+
+        def stepped(t, state):
+            return (*one_step(t, state[:2]), state[2])
+
+        theta, tau, watched = take_steps(
+            stepped,
+            (theta, tau, watched),
+            interval.start,
+            interval.length,
+            unroll=unroll,
+            after=watch if step_observer is not None else None,
         )
-        return theta, tau, tracker
+        return (theta, tau, watched), tracker
 
     def kept(theta, tau):
         out = {"tau": tau, "loss": loss(theta, problem)}
@@ -138,22 +171,22 @@ def simulate(
         return out
 
     def record(carry):
-        theta, tau, tracker = carry
+        (theta, tau, watched), tracker = carry
         out = kept(theta, tau)
         if observer is not None:
             tracker, out["tracked"] = observer.track(tracker, beta(theta), out.pop("loss"))
-        return (theta, tau, tracker), out
+        return ((theta, tau, watched), tracker), out
 
     def start(carry):
-        theta, tau, _ = carry
+        (theta, tau, watched), _ = carry
         out = kept(theta, tau)
         tracker = None
         if observer is not None:
             tracker, out["tracked"] = observer.start(beta(theta), out.pop("loss"))
-        return (theta, tau, tracker), out
+        return ((theta, tau, watched), tracker), out
 
     def all_finite(carry, _):
-        theta, tau, _ = carry
+        (theta, tau, _), _ = carry
         # beta too: finite layers can still multiply to an overflow.
         finite = jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
         return finite & jnp.all(jnp.isfinite(beta(theta)), axis=0)
@@ -161,8 +194,14 @@ def simulate(
     if rule.random and key is None:
         key = jax.random.key(0)
     tau0 = jnp.zeros_like(theta0[0, 0])
-    (theta_f, _, tracker), recs, failed = record_loop(
-        advance, record, (theta0, tau0, None), record_steps, start=start, finite=all_finite
+    watched0 = None if step_observer is None else step_observer.start(beta(theta0), tau0)
+    ((theta_f, _, watched), tracker), recs, failed = record_loop(
+        advance,
+        record,
+        ((theta0, tau0, watched0), None),
+        record_steps,
+        start=start,
+        finite=all_finite,
     )
     return Trajectory(
         step=record_steps,
@@ -174,4 +213,5 @@ def simulate(
         failed_step=failed,
         tracker=tracker,
         tracked=recs.get("tracked"),
+        watched=watched,
     )

@@ -37,9 +37,10 @@ from samflow import compile_cache, devices
 from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
-from samflow.model import Problem
+from samflow.layout import argmax_rows
+from samflow.model import Problem, beta
 from samflow.precision import precision
-from samflow.regimes import OBSERVER, finish, summarize, track
+from samflow.regimes import FAILED, OBSERVER, finish, path_observer, summarize, track
 from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
 
@@ -134,6 +135,9 @@ class Setup:
             ``depth``, which saves the layer mask in every step.
         sharded: tile and spread the points over every device; without it the batch
             runs as one piece on the default device (single trajectories).
+        major: the major coordinate (1-based) of ``n``-point data shared by every point
+            (:func:`samflow.model.major_coordinate`); 0 for one point, where each
+            point's major is its own ``argmax_j mu_j``.
     """
 
     rule: PerturbationRule
@@ -145,6 +149,7 @@ class Setup:
     keep: tuple[str, ...] = ()
     padding: bool = True
     sharded: bool = True
+    major: int = 0
 
 
 def tile_points(
@@ -191,11 +196,28 @@ def _counting(n_records) -> Observer:
     return Observer(start=start, track=take)
 
 
+def _major(setup: Setup, mu: Array) -> Array:
+    """The major coordinate(s): ``argmax_j mu_j + 1`` of ``mu`` ``[d, *batch]`` for one
+    point (ties are refused where mu is validated), or the setup's for shared data."""
+    if setup.major:
+        return jnp.asarray(setup.major, jnp.int32)
+    return argmax_rows(mu) + 1
+
+
+def _underflow(theta0: Array) -> Array:
+    """Whether ``beta(0)`` underflowed: a coordinate whose layers are all nonzero has
+    ``beta_j = 0`` in the dtype (depth 8, alpha 1e-8 in float32). ``[L_max, d, *batch]``
+    -> ``[*batch]``; such a run is reported failed, never classified."""
+    lost = (beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
+    return jnp.any(lost, axis=0)
+
+
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
     def tile(theta0, X, depth, rho, eta, y, times, n_records):
         # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T].
+        major = _major(setup, X[0])
         traj = simulate(
             theta0,
             Problem(X, y[:, None]),
@@ -209,6 +231,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             observer=_counting(n_records),
             record_beta=keep_beta,
             save_theta=keep_theta,
+            step_observer=path_observer(major),
         )
         out = finish(
             traj.tracker[0],
@@ -218,10 +241,18 @@ def _discrete_tile(setup: Setup) -> Callable:
             failed=traj.failed_step >= 0,
             collapse_factor=setup.collapse_factor,
             plateau_fraction=setup.plateau_fraction,
+            path=traj.watched[0],
+            major=major,
         )
         del out["horizon"]
+        underflow = _underflow(theta0)
+        out["regime"] = jnp.where(underflow, FAILED, out["regime"]).astype(jnp.int8)
+        out["underflow_at_start"] = underflow.astype(jnp.int8)
         out.update(traj.tracked)
         out["failed_step"] = traj.failed_step
+        # The run goes on after a failure, in NaN: records from the failed one on are not states.
+        ok = (traj.failed_step < 0) | (times[:, None] < traj.failed_step)
+        out["reached"] = jnp.broadcast_to(ok, traj.tau.shape).astype(jnp.int8)
         out["rescaled_tau"] = traj.tau
         if keep_beta:
             out["beta"] = traj.beta
@@ -236,12 +267,20 @@ def _flow_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
     def one(theta0, X, depth, rho, y, times, n_records):
+        major = _major(setup, X[0])
         sol = integrate(
-            theta0, Problem(X, y), depth, rho, times, rule=setup.rule, config=setup.flow
+            theta0,
+            Problem(X, y),
+            depth,
+            rho,
+            times,
+            rule=setup.rule,
+            config=setup.flow,
+            major=major,
         )
         at_blowup = sol.blowup & (depth >= 3)
-        # At an upper event (a blow-up, or the overflow guard at L <= 2) the state at the
-        # event decides the limit: it is later than the last record.
+        # The path runs to the stop: at an upper event (a blow-up, or the overflow guard
+        # at L <= 2) its last leader is the one at the event, later than the last record.
         out = summarize(
             sol.beta,
             sol.tau,
@@ -250,16 +289,20 @@ def _flow_tile(setup: Setup) -> Callable:
             sol.failed,
             setup.collapse_factor,
             setup.plateau_fraction,
-            beta_end=sol.beta_end,
-            ended_at_blowup=sol.blowup,
-            lead_start=sol.lead_start,
+            major=major,
+            path=sol.path,
         )
         horizon = out.pop("horizon")
+        del out["handoff_step"]  # flows have no steps
+        underflow = _underflow(theta0)
+        out["regime"] = jnp.where(underflow, FAILED, out["regime"]).astype(jnp.int8)
+        out["underflow_at_start"] = underflow.astype(jnp.int8)
         out["blowup_tau"] = jnp.where(at_blowup, sol.stop_tau, jnp.nan)
         out["stop_tau"] = sol.stop_tau
         out["collapsed_to_zero"] = sol.collapsed.astype(jnp.int8)
         out["overflow_guard_hit"] = (sol.blowup & (depth < 3)).astype(jnp.int8)
         out["solver_failed"] = sol.failed.astype(jnp.int8)
+        out["reached"] = sol.valid.astype(jnp.int8)
         if keep_beta:
             out["beta"] = sol.beta
         if keep_theta:

@@ -48,9 +48,11 @@ Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` le
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -60,6 +62,7 @@ from jax import Array
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
 from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
+from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_range, top
 from samflow.rules import PerturbationRule
 from samflow.runners import Flow
 
@@ -111,7 +114,7 @@ class FlowConfig(NamedTuple):
             atol=runner.atol,
             max_steps=runner.max_steps,
             log_beta_max=0.5 * float(np.log(info.max)),
-            singular_log_range=0.45 * float(-np.log(info.eps)),
+            singular_log_range=singular_log_range(dtype),
         )
 
 
@@ -123,19 +126,18 @@ class FlowSolution(NamedTuple):
         beta: ``[T, d]`` predictor, NaN after the stop.
         loss: ``[T]`` loss, NaN after the stop.
         theta: ``[T, L_max, d]`` parameters, NaN after the stop.
-        stop_tau: scalar, where the solve ended (the horizon, or the event).
+        stop_tau: scalar, where the solve ended: the horizon, a solver failure, or the
+            event (where ``log max|beta|`` crossed its edge inside the last step).
         blowup: scalar bool, True when the upper norm event ended the solve.
         collapsed: scalar bool, True when beta reached 0 (the lower norm event).
         valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
             after a collapse). Records the solver reached before a failure stay valid:
             the failure is flagged, the accepted part of the trajectory kept.
         failed: scalar bool, True when the solver failed (max_steps, non-finite state).
-        beta_end: ``[d]`` predictor where the solve ended, scaled so that its largest
-            ``|beta_j|`` is 1 (taken in log space: it does not overflow at the event). At
-            a blow-up or the overflow guard it is the state at the event, which decides
-            the race better than the last record.
         lead_start: scalar int, the dominant coordinate as ``tau -> 0+`` (0: none), from
             the field at tau = 0 (:func:`lead_at_start`): who leads before any save time.
+        path: the :class:`samflow.regimes.LeaderPath` of the solve, from ``lead_start``
+            and every accepted solver step up to the stop (:class:`LeaderWatch`).
     """
 
     tau: Array
@@ -147,8 +149,8 @@ class FlowSolution(NamedTuple):
     collapsed: Array
     valid: Array
     failed: Array
-    beta_end: Array
     lead_start: Array
+    path: LeaderPath
 
 
 def formulation_for(
@@ -210,16 +212,6 @@ def _plain_field(tau, theta, args):
     return -g_adv
 
 
-def _end_direction(y, formulation, n_layers, depth):
-    """beta at the state ``y`` over its largest ``|beta_j|``, from ``log |beta|``."""
-    if formulation == "log":  # u > 0: log beta_j = L s_j
-        log_b, sign = depth * y, 1.0
-    else:
-        b = beta(_to_theta(y, formulation, n_layers, depth))
-        log_b, sign = jnp.log(jnp.abs(b)), jnp.sign(b)
-    return sign * jnp.exp(log_b - jnp.max(log_b))
-
-
 def _to_theta(y, formulation, n_layers, depth):
     """Flow state -> ``theta`` ``[..., L_max, d]`` (balanced states fill real layers)."""
     if formulation == "linear":
@@ -227,6 +219,89 @@ def _to_theta(y, formulation, n_layers, depth):
     u = jnp.exp(y) if formulation == "log" else y  # the rule's BalancedFlow state
     rows = layer_mask(depth, n_layers, u.dtype)
     return rows * u[..., None, :] + (1 - rows)
+
+
+def step_path(
+    path: LeaderPath, l0: Array, l1: Array, t0: Array, t1: Array, major: Array
+) -> LeaderPath:
+    """``path`` after a solver step from ``t0`` to ``t1`` with ``log |beta|`` ``[d]`` going
+    from ``l0`` to ``l1``.
+
+    Inside the step ``log |beta_j|`` is taken linear in tau, so the leaders along it are
+    the upper envelope of ``d`` lines: from the current leader, the next is the line that
+    crosses it first, and so on (each has a larger slope than the last, so at most
+    ``d - 1`` crossings). A hand-off is placed where the lines cross; the error is that of
+    the linear interpolation over one accepted step (second order in its length). A
+    path without a leader yet (a tie at the start) takes the leader at ``t1``, as does
+    one whose envelope disagrees with ``l1`` in the last bit.
+    """
+    d = l0.shape[0]
+    slope = l1 - l0
+    finite = jnp.all(jnp.isfinite(l0) & jnp.isfinite(l1))
+
+    def cross(_, carry):
+        path, s = carry
+        a = jnp.maximum(path.lead - 1, 0)
+        gain = slope - slope[a]
+        at = jnp.where(gain > 0, (l0[a] - l0) / jnp.where(gain > 0, gain, 1.0), jnp.inf)
+        at = jnp.where((at >= s) & (path.lead > 0) & finite, at, jnp.inf)
+        j = jnp.argmin(at)
+        hit = at[j] <= 1
+        new = jnp.where(hit, j + 1, 0).astype(jnp.int32)
+        path = path_enter(path, new, t0 + at[j] * (t1 - t0), -1, major)
+        return path, jnp.where(hit, at[j], s)
+
+    path, _ = jax.lax.fori_loop(0, d - 1, cross, (path, jnp.zeros((), l0.dtype)))
+    return path_enter(path, jnp.where(finite, top(l1), 0), t1, -1, major)
+
+
+class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
+    """A step-size controller that also follows the leader at every accepted step.
+
+    It delegates every decision to ``inner`` (a PID controller) and carries in its
+    state the :class:`samflow.regimes.LeaderPath`, advanced by :func:`step_path` on the
+    steps ``inner`` accepts, and the last accepted step ``(t0, t1, log max|beta|`` at
+    both ends), which places a stopping event inside it; ``SaveAt(controller_state=
+    True)`` hands them back. ``level`` maps a solver state to ``log |beta|`` ``[d]``.
+    """
+
+    inner: diffrax.PIDController
+    path0: LeaderPath
+    major: Array
+    level: Callable = eqx.field(static=True)
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
+
+    def wrap(self, direction):
+        return eqx.tree_at(lambda c: c.inner, self, self.inner.wrap(direction))
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        level = jnp.max(self.level(y0))
+        return tnext, (state, self.path0, (t0, t0, level, level))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
+        inner_state, path, last = state
+        keep, tprev, tnext, jump, inner_state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner_state
+        )
+        l0, l1 = self.level(y0), self.level(y1_candidate)
+        moved = step_path(path, l0, l1, t0, t1, self.major)
+        step = (t0, t1, jnp.max(l0), jnp.max(l1))
+        path, last = jax.tree_util.tree_map(
+            lambda a, b: jnp.where(keep, a, b), (moved, step), (path, last)
+        )
+        return keep, tprev, tnext, jump, (inner_state, path, last), result
 
 
 def integrate(
@@ -238,10 +313,13 @@ def integrate(
     *,
     rule: PerturbationRule,
     config: FlowConfig,
+    major: Array | int | None = None,
 ) -> FlowSolution:
     """Pure, vmappable solve from ``theta0`` ``[L_max, d]`` saving at ``save_tau`` ``[T]``.
 
-    ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon.
+    ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon. ``major`` (1-based)
+    is the major coordinate, for the leader path: by default ``argmax_j mu_j`` of one
+    point; ``n`` points need it given (:func:`samflow.model.major_coordinate`).
     """
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
@@ -250,9 +328,20 @@ def integrate(
     mask = layer_mask(depth, n_layers, dtype)
     form = config.formulation
     mu = problem.X[0]
+    # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
+    # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest alpha
+    # above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and the
+    # solver could not start. (Small alphas are left alone: at L = 8, alpha = 1e-8 the
+    # time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is mapped
+    # back at the end.
+    scaled = form != "linear" and rule.scale_invariant
+    largest = jnp.max(theta0[0])
+    c = jnp.where(scaled & (depth >= 3) & (largest > 1), 1.0 / largest, 1.0).astype(dtype)
+    speed = c ** (2 - depth).astype(dtype)
+    save_scaled = save_tau * speed
     if form != "linear":  # the rule's closed form, balanced start: state u [d]
         closed = rule.balanced
-        y0, field, args = closed.state(theta0[0]), closed.field, (mu, depth, rho)
+        y0, field, args = closed.state(c * theta0[0]), closed.field, (mu, depth, c * rho)
     elif problem.X.shape[0] == 1:
         y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
     else:
@@ -262,6 +351,14 @@ def integrate(
         if form == "log":
             return depth * jnp.max(y)
         return jnp.log(jnp.max(jnp.abs(beta(_to_theta(y, form, n_layers, depth)))))
+
+    tiny = jnp.finfo(dtype).tiny
+
+    def log_beta(y):  # [d]; 0 clipped to the smallest normal number (no -inf)
+        if form == "log":
+            return depth * y
+        b = beta(_to_theta(y, form, n_layers, depth))
+        return jnp.log(jnp.maximum(jnp.abs(b), tiny))
 
     # beta and its rate at tau = 0, through the state -> theta map of the formulation.
     beta0, dbeta0 = jax.jvp(
@@ -282,21 +379,30 @@ def integrate(
     # converge, and the adaptive steps there are already tiny, so the end of the step
     # in which the level is crossed locates the event to well within 1e-6 relative.
     event = diffrax.Event(cond_fn)
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)])
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(ts=save_scaled), diffrax.SubSaveAt(t1=True)],
+        controller_state=True,
+    )
+    if major is None:
+        if problem.X.shape[0] != 1:
+            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
+        major = jnp.argmax(mu) + 1
+    major = jnp.asarray(major, jnp.int32)
+    lead_start = lead_at_start(beta0, dbeta0)
+    path0 = path_enter(path_start((), dtype), lead_start, save_tau[0], -1, major)
+    # max norm: padding rows (constant ones) must not change the step sizes
+    pid = diffrax.PIDController(rtol=config.rtol, atol=config.atol, norm=optx.max_norm)
     with no_host_checks():  # a program with a host callback is never kept on disk
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(field),
             SOLVERS[config.solver](),
-            t0=save_tau[0],
-            t1=save_tau[-1],
+            t0=save_scaled[0],
+            t1=save_scaled[-1],
             dt0=None,
             y0=y0,
             args=args,
             saveat=saveat,
-            # max norm: padding rows (constant ones) must not change the step sizes
-            stepsize_controller=diffrax.PIDController(
-                rtol=config.rtol, atol=config.atol, norm=optx.max_norm
-            ),
+            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
             event=event,
             max_steps=config.max_steps,
             throw=False,
@@ -307,12 +413,21 @@ def integrate(
     blowup = event & ~collapsed
     ok = (sol.result == diffrax.RESULTS.successful) | event
     failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
-    theta = _to_theta(ys, form, n_layers, depth)
-    # The event is seen at the end of a step; records inside that step beyond the
-    # upper edge (an overflow there, for L <= 2) are past the horizon too.
-    # A NaN record inside the horizon stays valid, so that the run is FAILED, never
+    unscaled = ys - jnp.log(c) if form == "log" else ys / c
+    theta = _to_theta(unscaled, form, n_layers, depth)
+    _, path, (ta, tb, la, lb) = sol.controller_state
+    path = path._replace(tau=path.tau / speed)
+    # The event is seen at the end of a step, which can be long in log space (the
+    # overflow guard of L = 2 is crossed inside a step from tau ~ 43 to the horizon):
+    # the stop is placed where log max|beta| crosses the edge, linearly inside it.
+    edge = jnp.where(collapsed, low, high)
+    frac = jnp.clip((edge - la) / jnp.where(lb != la, lb - la, 1.0), 0.0, 1.0)
+    stop = jnp.where(event, ta + frac * (tb - ta), t_end)
+    # Records beyond the stop, or beyond the upper edge, are past the horizon. A NaN
+    # record inside the horizon stays valid, so that the run is FAILED, never
     # classified from its other records.
-    inside = (save_tau <= t_end) & ~(jax.vmap(log_beta_max)(ys) > high)
+    inside = (save_scaled <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
+    stop = stop / speed
     valid = inside
     zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
     after = jnp.where(collapsed & ~failed, zero, jnp.nan)
@@ -324,11 +439,11 @@ def integrate(
         beta=b,
         loss=lossv,
         theta=theta,
-        stop_tau=t_end,
+        stop_tau=stop,
         blowup=blowup,
         collapsed=collapsed,
         valid=valid | (collapsed & ~failed),
         failed=failed,
-        beta_end=_end_direction(y_end, form, n_layers, depth),
-        lead_start=lead_at_start(beta0, dbeta0),
+        lead_start=lead_start,
+        path=path,
     )

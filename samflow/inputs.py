@@ -183,6 +183,18 @@ def check_flag(name: str, value) -> bool:
     return bool(value)
 
 
+def check_major(mu: np.ndarray, name: str = "mu") -> None:
+    """Refuse a ``mu`` ``[d]`` (or rows ``[k, d]``) whose largest entry is tied: the major
+    coordinate, ``argmax_j mu_j``, names the regimes (docs/theory.md §6)."""
+    rows = np.atleast_2d(mu)
+    tied = np.sum(rows == rows.max(axis=1, keepdims=True), axis=1) > 1
+    if np.any(tied):
+        raise InputError(
+            f"{name} {rows[np.argmax(tied)].tolist()}: its largest entry is tied, so there "
+            "is no major coordinate (argmax mu); make it unique"
+        )
+
+
 def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
     """The data set of a run: one point ``mu`` or ``data = (X, y)``, exactly one.
 
@@ -196,6 +208,7 @@ def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
         mu = real_array("mu", mu, ndim=1)
         if np.any(mu <= 0):
             raise InputError(f"mu entries must be > 0, got {mu.tolist()}")
+        check_major(mu)
         return mu[None, :], np.ones(1)
     if isinstance(data, str) or not isinstance(data, Sequence) or len(data) != 2:
         raise InputError(f"data must be a pair (X, y), got {_kind(data)}")

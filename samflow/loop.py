@@ -63,26 +63,33 @@ def take_steps(
     length: Array,
     *,
     unroll: int = 1,
+    after: Callable[[Array, State], State] | None = None,
 ) -> State:
     """``state`` after ``one_step(t, state)`` for ``t = start, ..., start + length - 1``.
 
     ``t`` is the number of the step (from 0; step ``t`` makes the state of step
     ``t + 1``): a random rule draws from it. ``unroll`` steps per iteration of the
     ``fori_loop``, then the rest one by one (static; unrolling lets XLA fuse across
-    steps, which the diagonal engine measures).
+    steps, which the diagonal engine measures). ``after(n, state)``, if given, sees the
+    state after each iteration, ``n`` the steps taken so far (a step observer).
     """
+    watch = after or (lambda n, s: s)
     if unroll == 1:
-        return lax.fori_loop(0, length, lambda i, s: one_step(start + i, s), state)
+        return lax.fori_loop(
+            0, length, lambda i, s: watch(start + i + 1, one_step(start + i, s)), state
+        )
 
     def unrolled(i, s):
         first = start + i * unroll
         for j in range(unroll):
             s = one_step(first + j, s)
-        return s
+        return watch(first + unroll, s)
 
     state = lax.fori_loop(0, length // unroll, unrolled, state)
     rest = start + length // unroll * unroll
-    return lax.fori_loop(0, length % unroll, lambda i, s: one_step(rest + i, s), state)
+    return lax.fori_loop(
+        0, length % unroll, lambda i, s: watch(rest + i + 1, one_step(rest + i, s)), state
+    )
 
 
 def record_loop(

@@ -142,3 +142,32 @@ def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Arra
     if problem.X.shape[0] != 1:
         raise ValueError("ascent_direction needs exactly one data point")
     return _masked(-(problem.y[0] * problem.X[0])[None] * exclusive_products(theta), mask)
+
+
+def major_coordinate(problem: Problem) -> int:
+    """The major coordinate (1-based) of ``problem`` (docs/theory.md §6).
+
+    One point: ``argmax_j mu_j``. ``n`` points: the coordinate of the largest ``|beta_j|``
+    in the l1 max-margin direction ``argmax_{||beta||_1 <= 1} min_i y_i <x_i, beta>``
+    (a linear program, HiGHS), which for one point is ``e_argmax mu``; a tie goes to the
+    first coordinate; data that are not separable (margin <= 0) have no such direction
+    and use ``argmax_j |sum_i y_i x_ij|`` instead.
+    """
+    from scipy.optimize import linprog
+
+    X, y = np.asarray(problem.X), np.asarray(problem.y)
+    n, d = X.shape
+    if n == 1:
+        return int(np.argmax(X[0])) + 1
+    # Variables p, q >= 0 (beta = p - q) and the margin t; maximise t.
+    signed = y[:, None] * X
+    cost = np.r_[np.zeros(2 * d), -1.0]
+    rows = np.c_[-signed, signed, np.ones(n)]  # t - y_i <x_i, beta> <= 0
+    budget = np.r_[np.ones(2 * d), 0.0][None]  # ||beta||_1 <= 1
+    bounds = [(0, None)] * (2 * d) + [(None, None)]
+    res = linprog(cost, A_ub=np.r_[rows, budget], b_ub=np.r_[np.zeros(n), 1.0], bounds=bounds)
+    if res.status == 0 and -res.fun > 0:
+        direction = np.abs(res.x[:d] - res.x[d : 2 * d])
+    else:
+        direction = np.abs(signed.sum(axis=0))
+    return int(np.argmax(direction)) + 1

@@ -7,6 +7,7 @@ import numpy as np
 import xarray as xr
 
 from samflow.inputs import COLLAPSE_FACTOR
+from samflow.regimes import NAMES
 
 # Okabe-Ito: distinguishable with colour-blindness; line styles keep it readable in grey.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
@@ -25,7 +26,9 @@ def mu_label(mu) -> str:
 def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = None):
     """Feature-amplification timeline: ``beta_j / ||beta||_1`` against tau, and the loss.
 
-    ``ds`` holds ``beta(time, coord)``, ``tau(time)`` and ``loss(time)``. Returns the figure.
+    ``ds`` holds ``beta(time, coord)``, ``tau(time)`` and ``loss(time)``; with a leader
+    path (``leader_path``, ``handoff_tau``) each hand-off is a vertical line in the new
+    leader's style, also where it falls between the records. Returns the figure.
     """
     if ax_share is None:
         fig, (ax_share, ax_loss) = plt.subplots(
@@ -40,6 +43,11 @@ def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = No
     share = np.divide(beta[keep], norm, out=np.zeros_like(beta[keep]), where=norm > 0)
     for j, label in enumerate(ds["coord"].values):
         ax_share.plot(tau[keep], share[:, j], label=f"$j={label}$", lw=1.8, **coord_style(j))
+    if "leader_path" in ds:
+        for lead, when in zip(ds["leader_path"].values, ds["handoff_tau"].values, strict=True):
+            if lead > 0 and when > 0:
+                style = coord_style(int(lead) - 1)
+                ax_share.axvline(when, color=style.get("color"), lw=0.9, ls=":")
     ax_share.set_xscale("log")
     ax_share.set_ylabel(r"$\beta_j / \|\beta\|_1$")
     ax_share.set_ylim(-0.05, 1.05)
@@ -61,8 +69,8 @@ def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = No
         a = ds.attrs
         where = f"mu = {mu_label(a['mu'])}" if "mu" in a else f"n = {a.get('n_points')}"
         title = (
-            f"{a.get('method')}, L = {a.get('depth')}, {where}, rho = {a.get('rho')}, "
-            f"{a.get('mode')}: {a.get('regime_meaning', '?')}"
+            f"{a.get('method')}, L = {a.get('depth')}, {where}, {start_label(a)}, "
+            f"rho = {a.get('rho')}, {a.get('mode')}: {a.get('regime_meaning', '?')}"
         )
     ax_share.set_title(title, fontsize=10)
     return fig
@@ -76,8 +84,12 @@ REGIME_COLOURS = {
     1: "#004488",  # collapse
     2: "#BB5566",  # sequential
     3: "#DDAA33",  # direct
+    # The path codes beyond minor-first-major-last: Tol's medium-contrast hues.
+    4: "#EE99AA",  # returned
+    5: "#997700",  # major_lost
+    6: "#6699CC",  # minor_end
 }
-REGIME_NAMES = {-1: "failed", 0: "unresolved", 1: "collapse", 2: "sequential", 3: "direct"}
+REGIME_NAMES = NAMES
 AXIS_SYMBOLS = {
     "alpha": r"$\alpha$",
     "rho": r"$\rho$",
@@ -150,6 +162,18 @@ def draw_regimes(ax, regime: xr.DataArray, x: str, y: str):
     ax.set_ylabel(axis_label(y))
 
 
+def start_label(attrs: dict) -> str:
+    """The start of a run as a title reads it ('' when an axis varies it)."""
+    if "alpha" in attrs:
+        return f"alpha = {float(attrs['alpha']):g}"
+    if "alpha_per_coord" in attrs:
+        return f"alpha = {mu_label(attrs['alpha_per_coord'])}"
+    if "theta0_abs_range" in attrs:
+        low, high = attrs["theta0_abs_range"]
+        return f"|theta0| in [{low:.3g}, {high:.3g}]"
+    return ""
+
+
 def phase_map(ds: xr.Dataset, title: str | None = None):
     """Regime map over the first two grid axes (other axes at their first value)."""
     axes = [a for a in ds.attrs.get("axes", "").split() if a]
@@ -168,8 +192,10 @@ def phase_map(ds: xr.Dataset, title: str | None = None):
         draw_regimes(ax, regime, axes[0], axes[1])
     a = ds.attrs
     where = f"mu = {mu_label(a['mu'])}" if "mu" in a else f"n = {a.get('n_points')}"
+    start = f", {start_label(a)}" if start_label(a) else ""
     ax.set_title(
-        title or f"{a.get('method')}, L = {a.get('depth')}, {where}, {a.get('mode')}", fontsize=10
+        title or f"{a.get('method')}, L = {a.get('depth')}, {where}{start}, {a.get('mode')}",
+        fontsize=10,
     )
     present = sorted(set(np.unique(regime.values).tolist()))
     regime_legend(ax, present, loc="upper left", bbox_to_anchor=(1.02, 1.0))

@@ -1,28 +1,29 @@
-"""Regime classification of a trajectory (docs/theory.md §6), record by record.
+"""Regime classification of a trajectory (docs/theory.md §6), from its leader path.
 
-For records ``beta(tau_1..tau_T)`` (record 0, ``tau = 0``, is the initial state and is
-excluded) and only records before the horizon actually reached (``valid``):
+The **leader** ``D = argmax_j |beta_j|`` (1..d; 0 where the largest ``|beta_j|`` is
+shared or beta is 0, :func:`leader`) is followed between the steps of a run, whatever
+the records: the discrete runner checks it after every step
+(:func:`path_observer`), a flow at every accepted solver step
+(:class:`samflow.flows.LeaderWatch`). Each change is appended to a
+:class:`LeaderPath` (the leaders in order, with the ``tau`` and step at which each
+took the lead), and the regime is read from that path and the major coordinate
+(``argmax_j mu_j``, :func:`path_regime`), after the record-based checks:
 
-- dominant coordinate ``D(tau) = argmax_j |beta_j(tau)|``, labelled 1..d; a record
-  where every ``|beta_j|`` is exactly equal (a tie, e.g. beta = 0 after a collapse, or
-  a uniform start that has not moved in the dtype's resolution; for d = 1 only
-  beta = 0) has no dominant coordinate (``D = 0``) and does not count for sequential
-  or direct;
-- ``FAILED`` (-1): a NaN or overflow appeared, or the solver failed;
+- ``FAILED`` (-1): a NaN or overflow in a record inside the horizon, or the solver failed;
 - ``COLLAPSE`` (1): ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``;
-- ``UNRESOLVED`` (0): not collapsed, yet ``||beta(tau_T)||_1 < ||beta(0)||_1``: beta is
-  still below its initial size at the horizon and may go on to collapse or recover;
-  also when no record inside the horizon has a dominant coordinate;
-- ``DIRECT`` (3): ``D = d`` at every recorded tau;
-- ``SEQUENTIAL`` (2): otherwise, i.e. not collapsed and ``D != d`` at some tau.
+- ``UNRESOLVED`` (0): not collapsed, yet ``||beta(tau_T)||_1 < ||beta(0)||_1``; or no
+  coordinate ever led;
+- from the path: ``DIRECT`` (3), ``SEQUENTIAL`` (2), ``RETURNED`` (4), ``MAJOR_LOST``
+  (5), ``MINOR_END`` (6) (:data:`PATH_HOW`).
 
 Streaming, so that a sweep never holds a ``[T, d]`` trajectory: :func:`start` and
 :func:`track` turn each record's ``beta`` into its scalars (D, ``||beta||_1``, the
-loss) and carry only ``beta`` at the last valid record; :func:`finish` reduces the
-recorded scalars over time. The discrete runner is handed them as an observer
-(:data:`OBSERVER`, given to :func:`samflow.discrete.simulate`) and calls them inside
-its own loop; flows run the same functions over their saved ``beta``
-(:func:`summarize`).
+loss) and carry only ``beta`` at the last valid record; :func:`finish` reduces them
+and the path. The discrete runner is handed them as an observer (:data:`OBSERVER`)
+and calls them inside its own loop; flows run the same functions over their saved
+``beta`` (:func:`summarize`). Without a path from the run (:func:`classify` of given
+records), the path is read from the records (:func:`record_path`), which sees only
+the leaders at the record times.
 
 All arrays may carry trailing *batch* axes (the batch-last layout of
 :mod:`samflow.model`): ``beta`` ``[d, *batch]`` per record, per-record scalars
@@ -36,39 +37,189 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
-from samflow.discrete import Observer
+from samflow.discrete import Observer, StepObserver
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
-from samflow.layout import argmax_rows, max_rows, min_rows, sum_rows
+from samflow.layout import UNROLL_ROWS, argmax_rows, max_rows, sum_rows
 
-FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT = -1, 0, 1, 2, 3
-FLAG_VALUES = (FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT)
-FLAG_MEANINGS = "failed unresolved collapse sequential direct"
+FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END = range(-1, 7)
+FLAG_VALUES = (FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END)
+FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_lost minor_end"
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
     "unresolved: not collapsed, but ||beta||_1 at the horizon is still below its "
-    "initial value (it may yet collapse or recover); or no record inside the horizon "
-    "has a dominant coordinate (all |beta_j| tied)"
+    "initial value (it may yet collapse or recover); or no coordinate ever led "
+    "(all |beta_j| tied)"
+)
+PATH_HOW = (
+    "from the leader path (docs/theory.md section 6), major = argmax_j mu_j: direct, the "
+    "major leads throughout; sequential, minor coordinates lead first and the major takes "
+    "over once, at the end; returned, the major leads, loses the lead and ends leading "
+    "again; major_lost, the major led but a minor coordinate leads at the end; minor_end, "
+    "the major never led"
 )
 LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE = 0, -1, -2, -3, -4
 LIMIT_MEANINGS = (
-    "j >= 1: coordinate j dominates at the horizon; 0: beta collapsed to 0; -1: failed; "
+    "j >= 1: coordinate j leads where the dynamics end (the horizon, or the state at a "
+    "blow-up or the overflow guard); 0: beta collapsed to 0; -1: failed; "
     "-2: converged to a finite nonzero point; -3: stalled (the loss underflowed to 0, so "
-    "the run stopped moving: not a limit); -4: no dominant coordinate at the horizon"
+    "the run stopped moving: not a limit); -4: no coordinate ever led"
 )
-
-
-def dominant(beta: Array) -> Array:
-    """``D = argmax_j |beta_j| + 1`` over the coordinates, ``[d, *rest] -> [*rest]`` int.
-
-    The first largest coordinate wins a tie, as with ``jnp.argmax``.
-    """
-    return argmax_rows(jnp.abs(beta)) + 1
+MAX_LEADERS = 8
+"""Entries of a leader path kept (the ``handoff`` axis of files): the first
+``MAX_LEADERS - 1`` leaders and the latest; ``n_leaders`` counts them all."""
 
 
 def _norm(beta: Array) -> Array:
     return sum_rows(jnp.abs(beta))
+
+
+def top(values: Array) -> Array:
+    """The unique largest row of ``values`` ``[d, *batch]`` (1..d), 0 where the largest
+    value is shared by several rows or is not finite."""
+    largest = max_rows(values)
+    unique = sum_rows((values == largest).astype(jnp.int32)) == 1
+    return jnp.where(unique & jnp.isfinite(largest), argmax_rows(values) + 1, 0).astype(jnp.int32)
+
+
+def leader(beta: Array) -> Array:
+    """The leading coordinate of ``beta`` ``[d, *batch]`` (1..d), 0 where there is none:
+    beta is 0 or not finite, or its largest ``|beta_j|`` is tied (a uniform start that
+    has not moved in the dtype's resolution, identical coordinates).
+
+    One pass over the rows (a running maximum and whether it is shared): the discrete
+    runner calls it after every step.
+    """
+    magnitude = jnp.abs(beta)
+    if beta.shape[0] > UNROLL_ROWS:
+        return jnp.where(max_rows(magnitude) > 0, top(magnitude), 0)
+    best, index = magnitude[0], jnp.zeros(beta.shape[1:], jnp.int32)
+    shared = jnp.zeros(beta.shape[1:], bool)
+    for j in range(1, beta.shape[0]):
+        above = magnitude[j] > best
+        shared = jnp.where(above, False, shared | (magnitude[j] == best))
+        best = jnp.where(above, magnitude[j], best)
+        index = jnp.where(above, j, index)
+    # best > 0 is False for NaN; inf is no leader either
+    ok = (best > 0) & (best < jnp.inf) & ~shared
+    return jnp.where(ok, index + 1, 0).astype(jnp.int32)
+
+
+class LeaderPath(NamedTuple):
+    """The sequence of leading coordinates of a run, streamed (fields with ``*batch``).
+
+    Every time the leader changes (found between the steps of a discrete run or the
+    accepted steps of a flow, whatever the records), :func:`path_enter` appends the
+    new leader and the time it took the lead. ``K = MAX_LEADERS``.
+
+    Fields:
+        lead: the current leader (1..d; 0 while none has led).
+        count: how many leads so far (entries of the path; may exceed ``K``).
+        major_leads: how many of them were the major's.
+        leaders: ``[K, *batch]`` int: the first ``K - 1`` leaders, then the latest
+            beyond them; 0 where unused.
+        tau: ``[K, *batch]`` when each took the lead (rescaled time); NaN where unused.
+        step: ``[K, *batch]`` int, the first step it led at (discrete); -1 where unused
+            or for flows.
+    """
+
+    lead: Array
+    count: Array
+    major_leads: Array
+    leaders: Array
+    tau: Array
+    step: Array
+
+
+def path_start(batch: tuple[int, ...], dtype, step_dtype=jnp.int32) -> LeaderPath:
+    """An empty path for trajectories of shape ``batch`` (no leader yet)."""
+    zero = jnp.zeros(batch, jnp.int32)
+    shape = (MAX_LEADERS, *batch)
+    return LeaderPath(
+        lead=zero,
+        count=zero,
+        major_leads=zero,
+        leaders=jnp.zeros(shape, jnp.int32),
+        tau=jnp.full(shape, jnp.nan, dtype),
+        step=jnp.full(shape, -1, step_dtype),
+    )
+
+
+def path_enter(path: LeaderPath, new: Array, tau: Array, step: Array, major: Array) -> LeaderPath:
+    """``path`` after leader ``new`` (0: none, which changes nothing) at ``tau``, ``step``.
+
+    ``major`` ``[*batch]`` is the major coordinate (1-based).
+    """
+    changed = (new > 0) & (new != path.lead)
+    slot = jnp.minimum(path.count, MAX_LEADERS - 1)
+    k = jnp.arange(MAX_LEADERS).reshape(MAX_LEADERS, *(1,) * changed.ndim)
+    write = changed & (k == slot)
+    return LeaderPath(
+        lead=jnp.where(changed, new, path.lead),
+        count=path.count + changed,
+        major_leads=path.major_leads + (changed & (new == major)),
+        leaders=jnp.where(write, new, path.leaders),
+        tau=jnp.where(write, jnp.asarray(tau, path.tau.dtype), path.tau),
+        step=jnp.where(write, jnp.asarray(step, path.step.dtype), path.step),
+    )
+
+
+def singular_log_range(dtype) -> float:
+    """How far, in ``log |beta|``, a finite-time singularity is followed in ``dtype``
+    (docs/theory.md §3.2): beyond ~0.45 log(1/eps) the dtype no longer resolves it."""
+    return 0.45 * float(-np.log(np.finfo(np.dtype(dtype)).eps))
+
+
+def path_observer(major: Array) -> StepObserver:
+    """The leader path of a discrete run, checked at every call of the runner's step
+    observer (every ``unroll`` steps, :func:`samflow.discrete.simulate`).
+
+    ``major`` ``[*batch]``: the major coordinate of each trajectory. Step 0 counts a
+    leader only when the start has one (a uniform start is tied: its first leader is
+    the one at the first check). A hand-off is placed at the first check the new
+    leader leads at: its step is late by less than ``unroll`` steps, its ``tau`` by
+    their increments ``eta |l'(z~)|``; a lead shorter than that may be missed. Once
+    ``max_j |beta_j|`` has fallen :func:`singular_log_range` below its start, the path
+    is frozen (the flow's collapse event; the iterates then hover at 0, where the
+    leader is rounding noise). The state is ``(path, floor)``; ``floor`` becomes inf
+    when frozen.
+    """
+
+    def begin(beta0, tau0):
+        path = path_start(beta0.shape[1:], tau0.dtype, jnp.asarray(0).dtype)
+        path = path_enter(path, leader(beta0), tau0, jnp.zeros_like(path.step[0]), major)
+        return path, max_rows(jnp.abs(beta0)) * np.exp(-singular_log_range(beta0.dtype))
+
+    def watch(state, beta, tau, step):
+        path, floor = state
+        floor = jnp.where(max_rows(jnp.abs(beta)) < floor, jnp.inf, floor)
+        new = jnp.where(jnp.isinf(floor), 0, leader(beta))
+        # Hand-offs are rare: the path is written only in the steps that have one (a
+        # branch for the whole batch; under vmap it becomes a select, still correct).
+        moved = jnp.any((new > 0) & (new != path.lead))
+        path = lax.cond(moved, lambda p: path_enter(p, new, tau, step, major), lambda p: p, path)
+        return path, floor
+
+    return StepObserver(start=begin, step=watch)
+
+
+def path_regime(path: LeaderPath, major: Array) -> Array:
+    """The regime a path names, for a run that neither failed, collapsed nor is
+    unresolved (docs/theory.md §6); ``UNRESOLVED`` where no coordinate ever led."""
+    at_major = path.lead == major
+    return jnp.select(
+        [
+            path.count == 0,
+            at_major & (path.count == 1),
+            at_major & (path.major_leads == 1),
+            at_major,
+            path.major_leads > 0,
+        ],
+        [UNRESOLVED, DIRECT, SEQUENTIAL, RETURNED, MAJOR_LOST],
+        MINOR_END,
+    )
 
 
 class Tracker(NamedTuple):
@@ -85,19 +236,13 @@ class Tracker(NamedTuple):
 
 
 def _observe(beta: Array, loss: Array, valid) -> tuple[Array, dict[str, Array]]:
-    """One record's scalars: ``dominant`` (0 if invalid, non-finite or tied),
-    ``beta_norm`` and ``loss`` (NaN where invalid or non-finite); and whether it counts."""
+    """One record's scalars: ``dominant`` (:func:`leader`; 0 if invalid), ``beta_norm``
+    and ``loss`` (NaN where invalid or non-finite); and whether it counts."""
     norm = _norm(beta)
     # Not finite: a NaN, or an overflow (also of the norm itself).
     ok = jnp.asarray(valid) & jnp.isfinite(norm)
-    magnitude = jnp.abs(beta)
-    largest = max_rows(magnitude)
-    # A tie among several coordinates, or beta = 0 (with one coordinate too).
-    tied = (largest == min_rows(magnitude)) & ((beta.shape[0] > 1) | (largest == 0))
-    ranked = ok & ~tied
-    D = jnp.where(ranked, argmax_rows(magnitude) + 1, 0).astype(jnp.int32)
     out = {
-        "dominant": D,
+        "dominant": jnp.where(ok, leader(beta), 0).astype(jnp.int32),
         "beta_norm": jnp.where(ok, norm, jnp.nan),
         "loss": jnp.where(ok, loss, jnp.nan),
     }
@@ -107,11 +252,11 @@ def _observe(beta: Array, loss: Array, valid) -> tuple[Array, dict[str, Array]]:
 def start(beta0: Array, loss0: Array, valid0=True) -> tuple[Tracker, dict[str, Array]]:
     """The tracker after record 0 (``tau = 0``), and that record's scalars.
 
-    Record 0 is the initial state: it never has a dominant coordinate.
+    Record 0 is the initial state: it has a dominant coordinate unless all ``|beta_j|``
+    are tied (a uniform start).
     """
     beta0 = jnp.asarray(beta0)
     _, out = _observe(beta0, jnp.asarray(loss0), valid0)
-    out["dominant"] = jnp.zeros_like(out["dominant"])
     nan = jnp.full(beta0.shape[1:], jnp.nan, beta0.dtype)
     return Tracker(beta_last=beta0, last_change=nan), out
 
@@ -142,88 +287,89 @@ def finish(
     collapse_factor: float = COLLAPSE_FACTOR,
     plateau_fraction: float = PLATEAU_FRACTION,
     converged_rtol: float = 1e-9,
-    beta_end: Array | None = None,
-    ended_at_blowup: Array | bool = False,
+    *,
+    path: LeaderPath,
+    major: Array | int,
 ) -> dict[str, Array]:
-    """Per-trajectory summaries from the final ``state`` and the recorded scalars.
+    """Per-trajectory summaries from the final ``state``, the recorded scalars and the
+    leader ``path`` of the run.
 
     ``records`` holds ``dominant``, ``beta_norm``, ``loss`` ``[T, *batch]`` from
     :func:`start` and :func:`track`; ``tau`` ``[T, *batch]`` their times, which never
-    decrease (save times, or a sum of non-negative increments), so the first time at
-    which something happens is the least time at which it does. ``valid`` ``[T, *batch]``
-    marks the records inside the horizon reached (default every record): a NaN or
-    overflow inside it, or at record 0, makes the trajectory ``FAILED``, as does
-    ``failed`` ``[*batch]``, a failure found elsewhere (solver, runner).
+    decrease. ``valid`` ``[T, *batch]`` marks the records inside the horizon reached
+    (default every record): a NaN or overflow inside it, or at record 0, makes the
+    trajectory ``FAILED``, as does ``failed`` ``[*batch]``, a failure found elsewhere
+    (solver, runner). ``path`` is the :class:`LeaderPath` found between the steps of
+    the run (or from the records, :func:`summarize`); ``major`` ``[*batch]`` the major
+    coordinate (1-based).
 
-    Returns ``regime`` (int8); ``limit_coord`` (codes :data:`LIMIT_MEANINGS`): D at the
-    horizon (the last valid record), 0 after a collapse, -1 for a failed run, -2 when
-    beta converged to a finite nonzero point (relative change below ``converged_rtol``
-    between the last two valid records), -3 when it stopped moving because the loss
-    underflowed to 0 (a stall, not a limit), -4 when the horizon has no dominant
-    coordinate, or,
-    when the run ended at a finite-time blow-up (``ended_at_blowup``), D of
-    ``beta_end`` ``[d, *batch]``, the state at the event (the leader at the last record
-    can still lose the race); ``first_amplified``: D at the first record with a
-    dominant coordinate (0 if none); ``n_handoffs``: changes of D between consecutive
-    records that both have one; ``horizon``; ``final_direction`` ``[d]``:
-    ``beta / ||beta||_1`` at the horizon; ``takeover_tau`` ``[d]``: first recorded tau
-    at which coordinate j dominates (NaN if never: the hand-offs are these times for the
-    coordinates that take over after the first); ``plateau_end_tau``: first recorded
-    tau at which the loss is down to ``plateau_fraction`` of its initial value (NaN if
-    never: a plateau that outlasts the horizon).
+    Returns ``regime`` (int8): failed, collapse and unresolved from the records as in
+    docs/theory.md §6, every other code from the path (:func:`path_regime`);
+    ``limit_coord`` (codes :data:`LIMIT_MEANINGS`): the last leader of the path, 0 after
+    a collapse, -1 for a failed run, -2 when beta converged to a finite nonzero point
+    (relative change below ``converged_rtol`` between the last two valid records), -3
+    when it stopped moving because the loss underflowed to 0, -4 when no coordinate ever
+    led; ``first_amplified``: the first leader (0 if none); ``n_handoffs``: changes of
+    the leader; ``n_leaders``: entries of the path (more than :data:`MAX_LEADERS`: the
+    path is cut); ``leader_path`` ``[K]``, ``handoff_tau`` ``[K]``, ``handoff_step``
+    ``[K]``: the path (:class:`LeaderPath`); ``horizon``; ``final_direction`` ``[d]``:
+    ``beta / ||beta||_1`` at the horizon; ``takeover_tau`` ``[d]``: when coordinate j
+    first took the lead (NaN if never, or only in the cut part of a long path);
+    ``plateau_end_tau``: first recorded tau at which the loss is down to
+    ``plateau_fraction`` of its initial value (NaN if never).
     """
-    D, norm, loss = records["dominant"], records["beta_norm"], records["loss"]
+    norm, loss = records["beta_norm"], records["loss"]
     tau = jnp.asarray(tau)
     d = state.beta_last.shape[0]
-    T = D.shape[0]
-    t = jnp.arange(T).reshape(T, *(1,) * (D.ndim - 1))
+    T = norm.shape[0]
+    t = jnp.arange(T).reshape(T, *(1,) * (norm.ndim - 1))
     ok = jnp.isfinite(norm)
-    inside = jnp.broadcast_to(jnp.asarray(valid), D.shape) | (t == 0)
+    inside = jnp.broadcast_to(jnp.asarray(valid), norm.shape) | (t == 0)
     failed = jnp.asarray(failed) | jnp.any(inside & ~ok, axis=0)
     later = ok & (t > 0)
     any_later = jnp.any(later, axis=0)
-    ranked = D > 0
-    any_ranked = jnp.any(ranked, axis=0)
-    # Record index and D in one integer, so that one reduction finds both.
-    key = t * (d + 1) + D
-    last = jnp.max(jnp.where(ok, key, 0), axis=0)
-    horizon, last_D = last // (d + 1), last % (d + 1)
-    first = jnp.min(jnp.where(ranked, key, T * (d + 1)), axis=0) % (d + 1)
-    direct = jnp.all(~ranked | (D == d), axis=0)
-    n_handoffs = jnp.sum(ranked[1:] & ranked[:-1] & (D[1:] != D[:-1]), axis=0)
+    horizon = jnp.max(jnp.where(ok, t, 0), axis=0)
+    major = jnp.asarray(major, jnp.int32)
 
-    def first_tau(when, times):
-        earliest = jnp.min(jnp.where(when, times, jnp.inf), axis=0)
+    def first_tau(when, times, axis=0):
+        earliest = jnp.min(jnp.where(when, times, jnp.inf), axis=axis)
         return jnp.where(jnp.isinf(earliest), jnp.nan, earliest)
 
-    coords = jnp.arange(1, d + 1).reshape(d, *(1,) * (D.ndim - 1))
-    takeover = first_tau(D[:, None] == coords, tau[:, None])
+    coords = jnp.arange(1, d + 1).reshape(d, 1, *(1,) * (norm.ndim - 1))
+    takeover = first_tau(path.leaders[None] == coords, path.tau[None], axis=1)
     plateau = first_tau(later & (loss <= plateau_fraction * loss[0]), tau)
 
     normT = _norm(state.beta_last)
     collapsed = normT < collapse_factor * norm[0]
     shrinking = normT < norm[0]
     regime = jnp.select(
-        [failed, collapsed & any_later, ~any_ranked | shrinking, direct],
-        [FAILED, COLLAPSE, UNRESOLVED, DIRECT],
-        SEQUENTIAL,
+        [failed, collapsed & any_later, shrinking],
+        [FAILED, COLLAPSE, UNRESOLVED],
+        path_regime(path, major),
     )
     converged = any_later & (state.last_change / jnp.maximum(normT, 1e-300) < converged_rtol)
     loss_T = jnp.max(jnp.where(t == horizon, loss, -jnp.inf), axis=0)
     limit = jnp.select(
-        [regime == COLLAPSE, regime == FAILED, converged & (loss_T == 0), converged, last_D == 0],
+        [
+            regime == COLLAPSE,
+            regime == FAILED,
+            converged & (loss_T == 0),
+            converged,
+            path.lead == 0,
+        ],
         [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_STALLED, LIMIT_FINITE, LIMIT_NONE],
-        last_D,
+        path.lead,
     )
-    if beta_end is not None:
-        racing = jnp.asarray(ended_at_blowup) & (regime != FAILED) & (regime != COLLAPSE)
-        limit = jnp.where(racing, dominant(beta_end), limit)
     safe = jnp.where(normT > 0, normT, 1.0)
     return {
         "regime": regime.astype(jnp.int8),
         "limit_coord": limit.astype(jnp.int32),
-        "first_amplified": first.astype(jnp.int32),
-        "n_handoffs": n_handoffs.astype(jnp.int32),
+        "first_amplified": path.leaders[0],
+        "n_handoffs": jnp.maximum(path.count - 1, 0).astype(jnp.int32),
+        "n_leaders": path.count.astype(jnp.int32),
+        "leader_path": path.leaders,
+        "handoff_tau": path.tau,
+        "handoff_step": path.step,
         "horizon": horizon.astype(jnp.int32),
         "final_direction": jnp.where(normT > 0, state.beta_last / safe, 0.0),
         "takeover_tau": takeover,
@@ -239,8 +385,9 @@ def summarize(
     failed: Array | bool = False,
     collapse_factor: float = COLLAPSE_FACTOR,
     plateau_fraction: float = PLATEAU_FRACTION,
-    beta_end: Array | None = None,
-    ended_at_blowup: Array | bool = False,
+    *,
+    major: Array | int,
+    path: LeaderPath | None = None,
     lead_start: Array | None = None,
 ) -> dict[str, Array]:
     """:func:`start`, :func:`track` and :func:`finish` over recorded ``beta`` ``[T, d, *batch]``.
@@ -249,10 +396,11 @@ def summarize(
     :func:`finish`'s summaries plus the per-record ``dominant`` ``[T]`` (0 where
     invalid or tied), ``beta_norm`` and ``loss`` ``[T]`` (NaN outside the horizon).
 
-    ``lead_start`` ``[*batch]``: the leader as ``tau -> 0+`` (a flow knows it from its
-    field, :func:`samflow.flows.lead_at_start`); it becomes the dominant coordinate of
-    record 0, which otherwise has none, so a hand-off before the first save time
-    counts (a sequential run is never classified direct because of the save grid).
+    ``path``: the leader path found by the run between its steps (a flow's,
+    :func:`samflow.flows.integrate`). Without it the path is read from the records,
+    which sees only the leaders at the record times; ``lead_start`` ``[*batch]``, the
+    leader as ``tau -> 0+`` (:func:`samflow.flows.lead_at_start`), then stands for
+    record 0's.
     """
     beta, tau, loss = jnp.asarray(beta), jnp.asarray(tau), jnp.asarray(loss)
     valid = jnp.broadcast_to(jnp.asarray(valid), tau.shape)
@@ -267,6 +415,8 @@ def summarize(
 
     state, rest = lax.scan(body, state, (beta[1:], loss[1:], valid[1:]))
     records = {k: jnp.concatenate([v[None], rest[k]]) for k, v in first.items()}
+    if path is None:
+        path = record_path(records["dominant"], tau, major)
     out = finish(
         state,
         records,
@@ -275,11 +425,27 @@ def summarize(
         failed,
         collapse_factor,
         plateau_fraction,
-        beta_end=beta_end,
-        ended_at_blowup=ended_at_blowup,
+        path=path,
+        major=major,
     )
     out.update(records)
     return out
+
+
+def record_path(dominant: Array, tau: Array, major: Array | int) -> LeaderPath:
+    """The leader path seen at the records: ``dominant`` ``[T, *batch]`` (0: none) at
+    ``tau`` ``[T, *batch]``; ``step`` is the record index."""
+    dominant, tau = jnp.asarray(dominant), jnp.asarray(tau)
+    major = jnp.asarray(major, jnp.int32)
+    T = dominant.shape[0]
+
+    def body(path, x):
+        D, when, k = x
+        return path_enter(path, D, when, k, major), None
+
+    path = path_start(dominant.shape[1:], tau.dtype)
+    path, _ = lax.scan(body, path, (dominant, tau, jnp.arange(T, dtype=jnp.int32)))
+    return path
 
 
 class Classification(NamedTuple):
@@ -288,10 +454,10 @@ class Classification(NamedTuple):
     Fields:
         regime: int, one of ``FLAG_VALUES``.
         limit_coord: int, see :func:`finish`.
-        first_amplified: int, D at the first record after tau = 0 with a dominant
-            coordinate (0 if none).
+        first_amplified: int, the first leader (0 if none).
         dominant: ``[T]`` int, D at each record, 0 where the record is not valid or tied.
         horizon: int, index of the last valid record.
+        leader_path: ``[MAX_LEADERS]`` int, the leaders seen at the records (0 fill).
     """
 
     regime: Array
@@ -299,6 +465,7 @@ class Classification(NamedTuple):
     first_amplified: Array
     dominant: Array
     horizon: Array
+    leader_path: Array
 
 
 def classify(
@@ -306,8 +473,10 @@ def classify(
     valid: Array | bool = True,
     failed: Array | bool = False,
     collapse_factor: float = COLLAPSE_FACTOR,
-    beta_end: Array | None = None,
-    ended_at_blowup: Array | bool = False,
+    *,
+    major: Array | int,
+    path: LeaderPath | None = None,
+    lead_start: Array | None = None,
 ) -> Classification:
     """Classify ``beta`` ``[T, d, *batch]``: :func:`summarize` without time or loss."""
     beta = jnp.asarray(beta)
@@ -319,9 +488,15 @@ def classify(
         valid,
         failed,
         collapse_factor,
-        beta_end=beta_end,
-        ended_at_blowup=ended_at_blowup,
+        major=major,
+        path=path,
+        lead_start=lead_start,
     )
     return Classification(
-        s["regime"], s["limit_coord"], s["first_amplified"], s["dominant"], s["horizon"]
+        s["regime"],
+        s["limit_coord"],
+        s["first_amplified"],
+        s["dominant"],
+        s["horizon"],
+        s["leader_path"],
     )

@@ -38,7 +38,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xarray as xr
 
-from samflow.regimes import FLAG_MEANINGS, FLAG_VALUES, LIMIT_MEANINGS, UNRESOLVED_HOW
+from samflow.regimes import (
+    FLAG_MEANINGS,
+    FLAG_VALUES,
+    LIMIT_MEANINGS,
+    MAX_LEADERS,
+    PATH_HOW,
+    UNRESOLVED_HOW,
+)
 
 GRID = "..."
 """In a declared dims tuple: the file's grid dims (a sweep's axes; none for a trajectory)."""
@@ -359,6 +366,7 @@ OUTCOMES = (
     "overflow_guard_hit",
     "solver_failed",
     "blowup_tau",
+    "underflow_at_start",
 )
 """Scalar outcomes: variables of a sweep, attributes of a trajectory."""
 
@@ -383,15 +391,50 @@ POINT = {
             "flag_values": np.array(FLAG_VALUES, np.int8),
             "flag_meanings": FLAG_MEANINGS,
             "unresolved_means": UNRESOLVED_HOW,
+            "path_codes": PATH_HOW,
         },
     ),
     "limit_coord": Variable(
-        (GRID,), "int32", "coordinate dominating at the horizon", attrs={"comment": LIMIT_MEANINGS}
+        (GRID,),
+        "int32",
+        "coordinate leading where the dynamics end (horizon, blow-up, guard)",
+        attrs={"comment": LIMIT_MEANINGS},
     ),
-    "first_amplified": Variable(
-        (GRID,), "int32", "dominant coordinate at the first record that has one (0: none)"
+    "first_amplified": Variable((GRID,), "int32", "first leader of the leader path (0: none)"),
+    "n_handoffs": Variable(
+        (GRID,), "int32", "number of changes of the leading coordinate (n_leaders - 1)"
     ),
-    "n_handoffs": Variable((GRID,), "int32", "number of changes of the dominant coordinate"),
+    "handoff": Variable(("handoff",), "int64", "index k of a lead in the leader path", coord=True),
+    "leader_path": Variable(
+        (GRID, "handoff"),
+        "int32",
+        "leading coordinates in the order they took the lead (0: unused)",
+        attrs={
+            "comment": "found between the steps of the run, whatever the records "
+            f"(docs/theory.md section 6); more than {MAX_LEADERS} leads keep the first "
+            f"{MAX_LEADERS - 1} and the last"
+        },
+    ),
+    "handoff_tau": Variable(
+        (GRID, "handoff"), FLOAT, "tau at which each leader of leader_path took the lead"
+    ),
+    "handoff_step": Variable(
+        (GRID, "handoff"),
+        "int64",
+        "first step each leader of leader_path led at (-1: unused)",
+        when=DISCRETE,
+    ),
+    "n_leaders": Variable((GRID,), "int32", "number of leads in the leader path"),
+    "reached": _flags(
+        "the record holds a state of the run (0: after the solve stopped or failed; beta, "
+        "loss and theta are NaN there)",
+        (GRID, "time"),
+    ),
+    "underflow_at_start": _flags(
+        "beta(0) underflowed to 0 in the dtype: some coordinate has nonzero layers but "
+        "beta_j(0) = 0 (the run is failed; use float64)",
+        (GRID,),
+    ),
     "plateau_end_tau": Variable(
         (GRID,), FLOAT, "first tau with loss <= plateau_fraction * loss(0) (NaN: never)"
     ),
@@ -405,7 +448,13 @@ POINT = {
         when=DISCRETE,
         attrs={"symbol": "{tau_symbol}"},
     ),
-    "stop_tau": Variable((GRID,), FLOAT, "tau where the solve ended (horizon or event)", when=FLOW),
+    "stop_tau": Variable(
+        (GRID,),
+        FLOAT,
+        "tau where the solve stopped (the horizon, a solver failure, or an event: where "
+        "log max|beta| crossed its edge)",
+        when=FLOW,
+    ),
     "blowup_tau": Variable((GRID,), FLOAT, "finite-time blow-up tau (NaN: none)", when=FLOW),
     "collapsed_to_zero": _flags(
         "the solve reached beta = 0 (lower norm event)", (GRID,), when=FLOW
@@ -423,12 +472,15 @@ POINT = {
     "loss": Variable((GRID, "time"), FLOAT, "logistic loss"),
     "final_direction": Variable((GRID, "coord"), FLOAT, "beta / ||beta||_1 at the horizon"),
     "takeover_tau": Variable(
-        (GRID, "coord"), FLOAT, "first recorded tau at which coordinate j dominates (NaN: never)"
+        (GRID, "coord"), FLOAT, "first tau at which coordinate j took the lead (NaN: never)"
     ),
     "beta": Variable((GRID, "time", "coord"), FLOAT, "predictor beta", when="save_trajectories"),
     "theta": Variable((GRID, "time", "layer", "coord"), FLOAT, "parameters theta", when="theta"),
     "theta_final": Variable(
-        (GRID, "layer", "coord"), FLOAT, "parameters theta at the horizon", when="theta"
+        (GRID, "layer", "coord"),
+        FLOAT,
+        "parameters theta after the last step (discrete) or at the last record reached (flows)",
+        when="theta",
     ),
 }
 """Per grid point (:data:`GRID`: none in a trajectory): every name the point runner
@@ -444,6 +496,7 @@ TRAJECTORY = Schema(
         # a trajectory always has these (its discrete tau is the run's rescaled_tau)
         **{n: replace(POINT[n], when=None) for n in ("layer", "tau", "beta", "theta_final")},
         "theta": replace(POINT["theta"], when="save_theta"),
+        "theta0": Variable(("layer", "coord"), FLOAT, "parameters theta at tau = 0"),
     },
     attrs={
         **RUN_ATTRS,
@@ -451,6 +504,9 @@ TRAJECTORY = Schema(
         **{n: Attribute(POINT[n].long_name, when=POINT[n].when) for n in OUTCOMES},
         "blowup_tau": Attribute(POINT["blowup_tau"].long_name, when="a flow that blew up"),
         "blowup": Attribute("the flow ended at a finite-time blow-up (0/1)", when=FLOW),
+        "alpha": Attribute("initialisation scale alpha (w^(l) = alpha)", when="given"),
+        "alpha_per_coord": Attribute("initialisation scale of each coordinate", when="given"),
+        "theta0_abs_range": Attribute("smallest and largest |theta0|", when="theta0 given"),
     },
 )
 

@@ -68,8 +68,20 @@ def run(W0, X, y, method, rho, eta, steps):
     return np.array(Ws), np.array(taus)
 
 
-def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, plateau_fraction=0.5):
-    """docs/theory.md §6 for one trajectory ``beta`` ``[T, d]``, by plain loops.
+def summarize(
+    beta,
+    tau,
+    loss,
+    valid,
+    failed=False,
+    collapse_factor=1e-3,
+    plateau_fraction=0.5,
+    *,
+    major,
+    max_leaders=8,
+):
+    """docs/theory.md §6 for one trajectory ``beta`` ``[T, d]``, by plain loops, with the
+    leader path read from the records and ``major`` the major coordinate (1-based).
 
     Returns the same names as ``samflow.regimes.summarize`` (per-record ``dominant``).
     """
@@ -82,23 +94,34 @@ def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, platea
     D = []
     for t in range(T):
         m = np.abs(beta[t])
-        tied = m.max() == m.min() and (d > 1 or m.max() == 0)
-        D.append(0 if t == 0 or not ok[t] or tied else int(np.argmax(m)) + 1)
+        tied = np.count_nonzero(m == m.max()) > 1 or m.max() == 0  # top shared, or beta = 0
+        D.append(0 if not ok[t] or tied else int(np.argmax(m)) + 1)
+    path, path_tau = [], []
+    for t in range(T):
+        if D[t] > 0 and (not path or D[t] != path[-1]):
+            path.append(D[t])
+            path_tau.append(tau[t])
     horizon = max([t for t in range(T) if ok[t]], default=0)
     norm0 = np.abs(beta[0]).sum()
     normT = np.abs(beta[horizon]).sum()
     later = [t for t in range(1, T) if ok[t]]
-    ranked = [t for t in range(T) if D[t] > 0]
+    major_leads = path.count(major)
     if failed:
         regime = -1
     elif later and normT < collapse_factor * norm0:
         regime = 1
-    elif not ranked or normT < norm0:
+    elif not path or normT < norm0:
         regime = 0
-    elif all(D[t] == d for t in ranked):
-        regime = 3
+    elif path == [major]:
+        regime = 3  # direct
+    elif path[-1] == major and major_leads == 1:
+        regime = 2  # sequential: minor first, major once, last
+    elif path[-1] == major:
+        regime = 4  # returned
+    elif major_leads:
+        regime = 5  # major_lost
     else:
-        regime = 2
+        regime = 6  # minor_end
     before = [t for t in range(horizon) if ok[t]]
     converged = bool(later) and bool(before)
     if converged:
@@ -111,22 +134,24 @@ def summarize(beta, tau, loss, valid, failed=False, collapse_factor=1e-3, platea
         limit = -3  # stalled: the loss underflowed, nothing moves
     elif converged:
         limit = -2
-    elif D[horizon] == 0:
-        limit = -4  # no dominant coordinate at the horizon
+    elif not path:
+        limit = -4  # no coordinate ever led
     else:
-        limit = D[horizon]
+        limit = path[-1]
     takeover = np.full(d, np.nan)
     for j in range(d):
-        hits = [t for t in range(T) if D[t] == j + 1]
-        if hits:
-            takeover[j] = tau[hits[0]]
+        if j + 1 in path:
+            takeover[j] = path_tau[path.index(j + 1)]
     low = [t for t in range(1, T) if ok[t] and loss[t] <= plateau_fraction * loss[0]]
+    kept = path if len(path) <= max_leaders else path[: max_leaders - 1] + path[-1:]
     return {
         "regime": regime,
         "limit_coord": limit,
-        "first_amplified": D[ranked[0]] if ranked else 0,
+        "first_amplified": path[0] if path else 0,
         "dominant": np.array(D),
-        "n_handoffs": sum(D[t] > 0 and D[t - 1] > 0 and D[t] != D[t - 1] for t in range(1, T)),
+        "n_handoffs": max(len(path) - 1, 0),
+        "n_leaders": len(path),
+        "leader_path": np.array(kept + [0] * (max_leaders - len(kept))),
         "takeover_tau": takeover,
         "plateau_end_tau": tau[low[0]] if low else np.nan,
         "final_direction": beta[horizon] / normT if normT > 0 else np.zeros(d),

@@ -10,7 +10,7 @@ from samflow import theory
 from samflow.init import balanced, random_scales
 from samflow.model import single_point
 from samflow.precision import precision
-from samflow.regimes import COLLAPSE, DIRECT, SEQUENTIAL, classify
+from samflow.regimes import COLLAPSE, DIRECT, MINOR_END, SEQUENTIAL, classify
 
 MU = np.array([1.0, 2.0, 3.0, 4.0])
 P = single_point(MU)
@@ -94,7 +94,7 @@ def _classified(method, alpha, tau_max=60.0):
     rho = None if method == "gd" else 1.0  # gd takes no rho
     sol = solve_flow(P, balanced(alpha, 4, 2), 2, method, rho, save_times(tau_max, 120))
     with precision("float64"):
-        return _classify(sol.beta, sol.valid, sol.failed)
+        return _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
 
 
 def test_phenomena_three_regimes_and_gd():
@@ -119,7 +119,7 @@ def test_linf_limit_index_matches_closed_form():
         alpha = random_scales(seed, 4, 0.2, 1.2, log_uniform=False)
         sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
         with precision("float64"):
-            c = _classify(sol.beta, sol.valid, sol.failed)
+            c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
         assert int(c.limit_coord) == theory.linf_limit_index(alpha, MU, rho), (seed, alpha)
 
 
@@ -154,26 +154,26 @@ def test_solver_failure_is_flagged_and_keeps_the_accepted_records():
     assert np.all(sol.valid == (taus <= sol.stop_tau))
     assert np.all(np.isfinite(sol.beta[sol.valid]))
     with precision("float64"):
-        assert int(_classify(sol.beta, sol.valid, sol.failed).regime) == -1
+        assert int(_classify(sol.beta, sol.valid, sol.failed, major=4).regime) == -1
 
 
 def test_blowup_limit_is_read_at_the_event():
     alpha = np.array([0.9, 0.8, 0.7, 0.55])  # GD, L = 3: tau_j* = 1 / (alpha_j mu_j)
     sol = solve_flow(P, balanced(alpha, 4, 3), 3, "gd", None, save_times(5.0, 10))
     expected = int(np.argmin(theory.blowup_tau(alpha, MU, 3))) + 1
-    assert sol.blowup and int(np.argmax(np.abs(sol.beta_end))) + 1 == expected
+    assert sol.blowup and int(sol.path.lead) == expected
     with precision("float64"):
-        c = _classify(sol.beta, sol.valid, sol.failed, beta_end=sol.beta_end, ended_at_blowup=True)
+        c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
     assert int(c.limit_coord) == expected
 
 
 def test_exact_ties_have_no_dominant_coordinate():
     beta = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [2.0, 3.0, 2.5]])
     with precision("float64"):
-        c = _classify(beta)
+        c = _classify(beta, major=3)
         assert np.asarray(c.dominant).tolist() == [0, 0, 2]
-        assert int(c.first_amplified) == 2 and int(c.regime) == SEQUENTIAL
-        assert int(_classify(beta[:2]).regime) == 0  # never resolved: every record tied
+        assert int(c.first_amplified) == 2 and int(c.regime) == MINOR_END
+        assert int(_classify(beta[:2], major=3).regime) == 0  # never resolved: all tied
 
 
 def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
@@ -183,4 +183,6 @@ def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
     assert sol.blowup and not sol.failed and not sol.valid[-1]
     assert np.all(np.isfinite(np.abs(sol.beta[sol.valid]).sum(axis=1)))
     with precision("float64"):
-        assert int(_classify(sol.beta, sol.valid, sol.failed).regime) == DIRECT
+        assert (
+            int(_classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path).regime) == DIRECT
+        )

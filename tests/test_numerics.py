@@ -8,6 +8,7 @@ from samflow.regimes import (
     LIMIT_FAILED,
     LIMIT_STALLED,
     finish,
+    record_path,
     start,
     track,
 )
@@ -64,5 +65,6 @@ def test_a_nan_inside_the_horizon_is_never_classified():
         state, rec = track(state, b, lo)
         records.append(rec)
     stacked = {k: np.stack([r[k] for r in records]) for k in records[0]}
-    out = finish(state, stacked, np.arange(4.0))
+    path = record_path(stacked["dominant"], np.arange(4.0), major=2)
+    out = finish(state, stacked, np.arange(4.0), path=path, major=2)
     assert int(out["regime"]) == FAILED and int(out["limit_coord"]) == LIMIT_FAILED

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from samflow.precision import precision
-from samflow.regimes import summarize
+from samflow.regimes import FLAG_VALUES, MAX_LEADERS, summarize
 from tests import reference
 
 
@@ -34,6 +34,10 @@ def random_trajectories(n: int, T: int, d: int, seed: int = 0):
             beta[i, rng.integers(1, T)] = np.inf
         elif kind == 6:  # coordinate d leads from the first record on
             beta[i, 1:, -1] = 5.0 * np.abs(beta[i, 1:]).max(axis=1) + 1.0
+        elif kind == 7 and d > 1:  # the major (1 + i % d) leads, loses the lead, regains it
+            m, other = i % d, (i + 1) % d
+            big = 5.0 * np.abs(beta[i]).max() + 1.0
+            beta[i, 1:4, m], beta[i, 4:7, other], beta[i, 7:, m] = big, 2 * big, 3 * big
     tau = np.cumsum(rng.uniform(0.0, 1.0, size=(n, T)), axis=1)
     tau[:, 0] = 0.0
     loss = np.log1p(np.exp(-np.cumsum(rng.uniform(0, 0.5, size=(n, T)), axis=1)))
@@ -52,6 +56,8 @@ FIELDS = (
     "first_amplified",
     "dominant",
     "n_handoffs",
+    "n_leaders",
+    "leader_path",
     "takeover_tau",
     "plateau_end_tau",
     "final_direction",
@@ -63,31 +69,46 @@ FIELDS = (
 def test_batched_summaries_match_the_reference_loop(d):
     n, T = 240, 12
     beta, tau, loss, valid, failed = random_trajectories(n, T, d, seed=d)
+    major = 1 + np.arange(n) % d  # every coordinate is the major of some (kind 7 uses it)
     with precision("float64"):
         # Batch-last, as a discrete sweep tile: [T, d, n], [T, n], [n].
         got = summarize(
-            np.moveaxis(beta, 0, -1), tau.T, loss.T, valid.T, failed, plateau_fraction=0.7
+            np.moveaxis(beta, 0, -1),
+            tau.T,
+            loss.T,
+            valid.T,
+            failed,
+            plateau_fraction=0.7,
+            major=major,
         )
         got = {k: np.moveaxis(np.asarray(v), -1, 0) for k, v in got.items()}
     regimes = set()
     for i in range(n):
         want = reference.summarize(
-            beta[i], tau[i], loss[i], valid[i], failed[i], plateau_fraction=0.7
+            beta[i],
+            tau[i],
+            loss[i],
+            valid[i],
+            failed[i],
+            plateau_fraction=0.7,
+            major=major[i],
+            max_leaders=MAX_LEADERS,
         )
         regimes.add(want["regime"])
         for name in FIELDS:
             np.testing.assert_allclose(
                 got[name][i], want[name], rtol=1e-12, err_msg=f"{name}, trajectory {i}"
             )
-    assert regimes >= ({-1, 0, 1, 3} if d == 1 else {-1, 0, 1, 2, 3})
+    assert regimes >= ({-1, 0, 1, 3} if d == 1 else set(FLAG_VALUES))
 
 
 def test_one_trajectory_without_batch_axes_matches_its_batched_self():
     beta, tau, loss, valid, failed = random_trajectories(16, 10, 3, seed=7)
     with precision("float64"):
-        batched = summarize(np.moveaxis(beta, 0, -1), tau.T, loss.T, valid.T, failed)
+        major = 1 + np.arange(16) % 3
+        batched = summarize(np.moveaxis(beta, 0, -1), tau.T, loss.T, valid.T, failed, major=major)
         for i in range(16):
-            one = summarize(beta[i], tau[i], loss[i], valid[i], failed[i])
+            one = summarize(beta[i], tau[i], loss[i], valid[i], failed[i], major=major[i])
             for name, value in one.items():
                 np.testing.assert_array_equal(
                     np.asarray(value), np.asarray(batched[name])[..., i], err_msg=name

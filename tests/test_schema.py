@@ -166,7 +166,9 @@ def test_check_finds_each_kind_of_departure():
         attrs={"method": "gd", "dtype": "float64"},
     )
     missing = ("regime", "limit_coord", "dominant", "layer", "tau", "beta", "theta_final")
+    missing += ("reached", "theta0", "handoff", "leader_path", "handoff_tau", "n_leaders")
     missing_attrs = ("mode", "collapse_factor", "regime_meaning", "first_amplified")
+    missing_attrs += ("underflow_at_start",)
     assert sorted(TRAJECTORY.check(ds)) == sorted(
         [f"{name}: declared for every trajectory file, missing" for name in missing]
         + [

@@ -25,6 +25,8 @@ import numpy as np
 from samflow import inputs
 from samflow.errors import InputError
 from samflow.init import layer_rows, random_scales
+from samflow.inputs import check_major
+from samflow.model import Problem, major_coordinate
 from samflow.runners import Discrete, Flow, check_counters
 from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
@@ -129,6 +131,7 @@ class SweepSpec:
                 raise InputError(f"mu_set must hold rows of d = {len(self.mu)} entries")
             if np.any(rows <= 0):
                 raise InputError("mu_set rows must be > 0")
+            check_major(rows, "mu_set row")
             index = next(a for a in self.axes if a.name == "mu").array()
             if index.min() < 0 or index.max() >= len(rows):
                 raise InputError(f"axis mu indexes rows 0..{len(rows) - 1} of mu_set")
@@ -295,6 +298,7 @@ class SweepSpec:
             keep=("beta",) if self.save_trajectories else (),
             padding=self.mode != "discrete" or self.has_padding,
             sharded=sharded,
+            major=major_coordinate(Problem(*map(np.asarray, self.data))) if self.data else 0,
         )
 
     def points(self, flat: np.ndarray) -> Points:

@@ -27,6 +27,7 @@ from samflow.engine import Setup, run_points
 from samflow.errors import InputError
 from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, write_dataset, write_text_atomic
+from samflow.regimes import MAX_LEADERS
 from samflow.schema import SWEEP
 from samflow.sweeps.spec import SweepSpec
 
@@ -72,6 +73,7 @@ def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Datas
         data[name] = flat.reshape(*spec.shape, *var.shape[1:])
     if any("layer" in var.dims for var in chunks[0].data_vars.values()):
         data["layer"] = np.arange(1, spec.n_layers + 1)
+    data["handoff"] = np.arange(MAX_LEADERS)
     data["step" if spec.mode == "discrete" else "tau"] = times
     if spec.mu_set:
         data["mu_values"] = np.asarray(spec.mu_set)
