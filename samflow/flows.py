@@ -59,6 +59,7 @@ import numpy as np
 import optimistix as optx
 from jax import Array
 
+from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
 from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
@@ -66,36 +67,33 @@ from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_ran
 from samflow.rules import PerturbationRule
 from samflow.runners import Flow
 
-SOLVERS = {
-    "tsit5": diffrax.Tsit5,
-    "dopri5": diffrax.Dopri5,
-    "dopri8": diffrax.Dopri8,
-    "heun": diffrax.Heun,
-    "kvaerno5": diffrax.Kvaerno5,
-}
+SOLVERS = {name: getattr(diffrax, name.capitalize()) for name in runners.SOLVERS}
+"""diffrax's solver class of each name a :class:`samflow.Flow` accepts."""
 
 
 class FlowConfig(NamedTuple):
     """Static options of a solve (hashable: part of the compilation key).
 
+    Made only by :meth:`of`: the solver settings are the runner's (which owns their
+    defaults and checks them), copied here without its horizon and save grid, which
+    are arguments of the compiled program and so must not key it.
+
     Fields:
         formulation: ``log``, ``linf`` or ``linear`` (see module docstring).
-        solver: a key of ``SOLVERS``.
-        rtol, atol: tolerances of the PID step-size controller.
-        max_steps: cap on solver steps; reaching it is reported as a failure.
+        solver, rtol, atol, max_steps: :class:`samflow.Flow`'s fields of those names.
         log_beta_max: stop when ``log max|beta_j|`` exceeds this.
         singular_log_range: how far, in ``log |beta|``, a finite-time singularity is
             followed: collapse when ``log max|beta_j|`` falls this far below its
             initial value; blow-up (L >= 3) at ``L/(L-2)`` times this.
     """
 
-    formulation: str = "log"
-    solver: str = "tsit5"
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    max_steps: int = 100_000
-    log_beta_max: float = 354.0
-    singular_log_range: float = 16.0
+    formulation: str
+    solver: str
+    rtol: float
+    atol: float
+    max_steps: int
+    log_beta_max: float
+    singular_log_range: float
 
     @classmethod
     def of(cls, runner: Flow, formulation: str, dtype) -> FlowConfig:
