@@ -113,8 +113,11 @@ def test_nofactor_control_flow_matches_scipy():
         ds = samflow.trajectory(USAM_NOFACTOR, depth=2, mu=mu, alpha=alpha, rho=rho, runner=runner)
         assert ds.attrs["flow_formulation"] == formulation
         np.testing.assert_allclose(ds["beta"].values, ref.y.T**2, rtol=1e-6, err_msg=formulation)
-        # constant rates mu (1 - rho mu) = (0.7, 0.8, 0.3, -0.8): coordinate 2 leads throughout
-        np.testing.assert_array_equal(ds["dominant"].values, 2)
+        # constant rates mu (1 - rho mu) = (0.7, 0.8, 0.3, -0.8): coordinate 2 leads from
+        # tau = 0+ on (record 0, the tied uniform start, has no dominant coordinate)
+        np.testing.assert_array_equal(ds["dominant"].values[1:], 2)
+        assert ds["dominant"].values[0] == 0
+        assert ds["leader_path"].values.tolist() == [2] + [0] * (ds.sizes["handoff"] - 1)
 
 
 def test_nofactor_control_discrete_steps_drop_the_loss_factor():

@@ -26,7 +26,6 @@ from samflow import inputs
 from samflow.errors import InputError
 from samflow.init import layer_rows, random_scales
 from samflow.inputs import check_major
-from samflow.model import Problem, major_coordinate
 from samflow.runners import Discrete, Flow, check_counters
 from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
@@ -282,6 +281,7 @@ class SweepSpec:
         """The program that runs this sweep's points."""
         from samflow.engine import Setup
         from samflow.flows import FlowConfig
+        from samflow.model import Problem, major_coordinate
 
         flow = (
             FlowConfig.of(self.runner, self.formulation, self.dtype)
