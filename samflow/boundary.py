@@ -145,15 +145,13 @@ class _Regimes:
 
         out = []
         _, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
-        for block in blocks:
-            # pad to the device count with the last point (its result is cut off)
-            index = np.concatenate([block, np.full(-len(block) % self.n_dev, block[-1])])
-            points = self.spec.points(flat[index])
-            rows = layer_rows(np.broadcast_to(points.depth, (len(index),)), self.spec.n_layers)
+        for block in blocks:  # run_points pads each to its bucket and the device count
+            points = self.spec.points(flat[block])
+            rows = layer_rows(np.broadcast_to(points.depth, (len(block),)), self.spec.n_layers)
             # The base start has alpha = 1 in every real layer: scale those rows.
-            scale = np.where(rows, np.exp(log_alpha[index])[:, None, None], 1.0)
+            scale = np.where(rows, np.exp(log_alpha[block])[:, None, None], 1.0)
             points = points._replace(theta0=points.theta0 * scale)
-            out.append(run_points(self.setup, points, self.spec.times())["regime"][: len(block)])
+            out.append(run_points(self.setup, points, self.spec.times())["regime"])
             self.bar.update(len(block))
         return np.concatenate(out)
 
@@ -173,27 +171,26 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         regimes = _Regimes(spec, bar)
         regime = regimes(np.repeat(np.arange(P), S), np.tile(scan, P)).reshape(P, S)
         ok = regime != FAILED
-        # Brackets: neighbouring scan alphas, both run, on either side of an edge.
-        brackets = []  # (kind, point, scan index of the low end, indicator at the low end)
+        # Brackets: neighbouring scan alphas, both run, on either side of an edge; per
+        # bracket its kind, point, low end (scan index) and indicator at the low end.
+        found = []
         for k, code in enumerate((COLLAPSE, DIRECT)):
             ind = regime == code
-            change = ok[:, :-1] & ok[:, 1:] & (ind[:, :-1] != ind[:, 1:])
-            p, i = np.nonzero(change)
-            brackets += [(k, pp, ii, ind[pp, ii]) for pp, ii in zip(p, i, strict=True)]
-        kind, point, low, ind_lo = (np.asarray([b[j] for b in brackets], int) for j in range(4))
+            # nonzero is row-major: each point's brackets in increasing alpha
+            p, i = np.nonzero(ok[:, :-1] & ok[:, 1:] & (ind[:, :-1] != ind[:, 1:]))
+            found.append((np.full(len(p), k), p, i, ind[p, i]))
+        kind, point, low, start = (np.concatenate(v) for v in zip(*found, strict=True))
         lo, hi = scan[low], scan[low + 1]
-        failed = np.zeros(len(brackets), bool)
-        if brackets:
-            bar.reset(total=n_iter * len(brackets))
+        failed = np.zeros(len(kind), bool)
+        if len(kind):
+            bar.reset(total=n_iter * len(kind))
             bar.set_description("bisect")
-        for _ in range(n_iter if brackets else 0):
-            mid = 0.5 * (lo + hi)
-            r = regimes(point, mid)
-            failed |= r == FAILED
-            same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == ind_lo.astype(bool)) & (
-                r != FAILED
-            )
-            lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
+            for _ in range(n_iter):
+                mid = 0.5 * (lo + hi)
+                r = regimes(point, mid)
+                failed |= r == FAILED
+                same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == start) & (r != FAILED)
+                lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
     edge = np.where(failed, np.nan, np.exp(0.5 * (lo + hi)))
 
     data = {a.name: a.array() for a in spec.axes}
@@ -202,7 +199,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         mine = kind == k
         count = np.bincount(point[mine], minlength=P)
         every, filled = np.full((P, MAX_EDGES), np.nan), np.zeros(P, int)
-        # brackets come in increasing alpha within a point: slot = rank among its edges
+        # each point's edges come in increasing alpha: slot = rank among them
         for p, e in zip(point[mine], edge[mine], strict=True):
             if filled[p] < MAX_EDGES:
                 every[p, filled[p]] = e

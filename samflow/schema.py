@@ -571,7 +571,12 @@ def _edge_variables(kind: str, where: str) -> dict[str, Variable]:
             f"every {kind} edge inside alpha_range, in increasing alpha (NaN: none)",
             attrs={"comment": f"more than {MAX_EDGES} edges keep the first {MAX_EDGES}"},
         ),
-        f"n_edges_{kind}": Variable((GRID,), "int32", f"number of {kind} edges inside alpha_range"),
+        f"n_edges_{kind}": Variable(
+            (GRID,),
+            "int32",
+            f"number of {kind} edges found inside alpha_range",
+            attrs={"comment": "a lower bound where why_nan is solver_failure"},
+        ),
         f"why_nan_{kind}": Variable(
             (GRID,),
             "int8",

@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 
 import samflow
-from samflow.boundary import FOUND, NO_EDGE, SEVERAL
+from samflow.boundary import FAILURE, FOUND, NO_EDGE, SEVERAL
 from samflow.cli import main
 from samflow.regimes import COLLAPSE, DIRECT
 from samflow.theory import l2sam_l2_direct_edge
@@ -91,7 +91,20 @@ def test_missing_edges_are_nan():
     assert ds["why_nan_direct"].attrs["flag_meanings"].split()[NO_EDGE] == "no_edge"
 
 
-def test_several_direct_edges_at_depth_3():
+def test_a_failed_run_is_said():
+    """A solver capped at 20 steps fails at alpha = 0.1 (checked below): an edge could
+    hide where a run failed, so no edge is reported as the edge, and the reason says so."""
+    runner = samflow.Flow(tau_max=200.0, n_save=20, max_steps=20)
+    ds = samflow.boundary(
+        "sam-l2", depth=2, mu=MU, rho=1.0, axes={}, runner=runner, alpha_range=(0.1, 10.0)
+    )
+    check = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": [0.1]}, runner=runner)
+    assert int(check["solver_failed"][0]) == 1  # the premise: the smallest alpha fails
+    for kind in ("collapse", "direct"):
+        assert int(ds[f"why_nan_{kind}"]) == FAILURE and np.isnan(float(ds[f"alpha_{kind}"]))
+
+
+def test_several_direct_edges_at_depth_3(capsys):
     """l2-SAM at L = 3, mu = (1, 2, 3, 4), rho = 0.1 is direct at the smallest alphas, not
     direct between about 2e-3 and 0.1 (major lost, returned, sequential), and direct
     again above: two direct edges, no collapse edge. Each edge found is checked against
@@ -101,6 +114,8 @@ def test_several_direct_edges_at_depth_3():
     ds = samflow.boundary(
         "sam-l2", **problem, axes={}, alpha_range=(1e-3, 1.0), rtol_alpha=1e-4, progress=True
     )
+    shown = capsys.readouterr().err  # the progress bar, on stderr
+    assert "scan" in shown and "bisect" in shown
     assert int(ds["n_edges_direct"]) == 2
     assert int(ds["why_nan_direct"]) == SEVERAL and np.isnan(float(ds["alpha_direct"]))
     assert int(ds["n_edges_collapse"]) == 0 and int(ds["why_nan_collapse"]) == NO_EDGE
