@@ -2,8 +2,9 @@
 
 For a balanced start ``w^(l) = alpha`` at L = 2 the l2-SAM regimes are ordered in alpha
 (docs/theory.md §5): collapse below ``alpha_collapse``, sequential between, direct from
-``alpha_direct`` on. At L >= 3 they need not be: at L = 3 a band of sequential lies
-between two direct ranges at small alpha. So :func:`boundary` does not assume one edge:
+``alpha_direct`` on. At L >= 3 they need not be: at L = 3 a band that is not direct
+(major lost, returned, sequential) lies between two direct ranges (docs/theory.md §5).
+So :func:`boundary` does not assume one edge:
 for every point of a grid of the other axes (``rho``, ``depth``, ``mu``, ``eta``) it
 
 1. scans a log-spaced grid of alpha over ``alpha_range`` (one batch of runs: every grid
