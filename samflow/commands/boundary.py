@@ -26,7 +26,8 @@ def register(sub) -> None:
         description="Find, for every point of a grid of the other axes (rho, depth, mu, eta), "
         "every alpha in the range where the regime starts or stops being collapse, and "
         "where it starts or stops being direct: a scan of log-spaced alphas, then a "
-        "bisection on log alpha of every change found (vmapped runs). alpha_collapse / alpha_direct hold the edge where exactly one exists, "
+        "bisection on log alpha of every change found (vmapped runs). "
+        "alpha_collapse / alpha_direct hold the edge where exactly one exists, "
         "alpha_*_all every edge, why_nan_* why a value is NaN. "
         "Python: samflow.boundary(...).",
     )
