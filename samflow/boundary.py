@@ -1,23 +1,30 @@
-"""Regime boundaries as curves: the critical alpha of every grid point, by bisection.
+"""Regime boundaries as curves: every critical alpha of every grid point, scan then bisect.
 
-For a balanced start ``w^(l) = alpha`` the l2-SAM regimes are ordered in alpha
-(docs/theory.md §5): collapse below ``alpha_collapse``, sequential between, direct
-from ``alpha_direct`` on. :func:`boundary` finds both edges for every point of a grid
-of the other axes (``rho``, ``depth``, ``mu``, ``eta``) by bisection on ``log alpha``:
-every bisection step runs the flows (or discrete runs) at the midpoints of all
-brackets, both edges of every grid point at once, and the whole bisection is one
-compiled program (a ``lax.fori_loop`` around the point runner of
-:mod:`samflow.engine`).
+For a balanced start ``w^(l) = alpha`` at L = 2 the l2-SAM regimes are ordered in alpha
+(docs/theory.md §5): collapse below ``alpha_collapse``, sequential between, direct from
+``alpha_direct`` on. At L >= 3 they need not be: at L = 3 a band that is not direct
+(major lost, returned, sequential) lies between two direct ranges (docs/theory.md §5).
+So :func:`boundary` does not assume one edge:
+for every point of a grid of the other axes (``rho``, ``depth``, ``mu``, ``eta``) it
 
-What is found, precisely: ``alpha_collapse`` is where the classification at the
-runner's horizon changes from ``collapse`` (below) to anything else (above);
-``alpha_direct`` where it changes from anything else (below) to ``direct`` (above).
-The bisection assumes one change in the bracket ``alpha_range``: where the ends do
-not straddle a change (e.g. no collapse anywhere in the range), or a run fails at a
-midpoint, the edge is NaN. That the regimes are ordered in alpha is checked against a
-dense map in ``tests/test_boundary.py``, not assumed silently: at the end, the
-classification just below and just above each edge is recomputed, and an edge whose
-two sides do not differ as they should is NaN as well.
+1. scans a log-spaced grid of alpha over ``alpha_range`` (one batch of runs: every grid
+   point x every scan alpha),
+2. takes every pair of neighbouring scan alphas where an edge's indicator changes as a
+   bracket (the indicator of the collapse edge is "the regime is collapse", of the
+   direct edge "the regime is direct"; a change either way is an edge),
+3. bisects every bracket on ``log alpha`` at once (each round one batch of runs at the
+   midpoints of all brackets) to ``rtol_alpha``.
+
+Every batch runs through :func:`samflow.engine.run_points`, whose compiled program is
+cached by the static setup and the padded batch size: a second identical call compiles
+nothing.
+
+What is found, precisely: the edges whose neighbouring scan alphas differ; two edges
+closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
+point reports how many edges it has, all of them in increasing alpha (at most
+:data:`MAX_EDGES`), the edge itself where there is exactly one, and why not
+(:data:`WHY_NAN`) otherwise. A run that fails in the scan or in a bisection makes the
+point's edge NaN with reason ``solver_failure``: the failed alpha may hide an edge.
 """
 
 from __future__ import annotations
@@ -35,66 +42,19 @@ from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
 if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
-    import jax
     import xarray as xr
 
-    from samflow.engine import Points
-
 ALPHA_RANGE = (1e-3, 1e3)
-"""The default bracket of the bisection on alpha."""
-EDGES = ("alpha_collapse", "alpha_direct")
-"""The two edges; edge ``k`` is 'below' at alpha when ``_below(k, regime)``."""
-
-
-def _below(kind: jax.Array, regime: jax.Array) -> jax.Array:
-    """Whether ``alpha`` lies below the edge of ``kind`` (0 collapse, 1 direct)."""
-    import jax.numpy as jnp
-
-    from samflow.regimes import COLLAPSE, DIRECT
-
-    return jnp.where(kind == 0, regime == COLLAPSE, regime != DIRECT)
-
-
-def _bisection(setup, n_iter: int):
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-
-    from samflow.engine import traced_program
-    from samflow.regimes import FAILED
-
-    run = traced_program(setup)
-
-    def at(points: Points, rows, log_alpha, times):
-        # The base start has alpha = 1 in every real layer: scale those rows.
-        scale = jnp.where(rows, jnp.exp(log_alpha)[:, None, None], 1.0)
-        return run(points._replace(theta0=points.theta0 * scale), times)["regime"]
-
-    def bisect(points, rows, kind, lo, hi, times):
-        """``lo``, ``hi`` ``[C]`` log alpha brackets; returns the final bracket, whether
-        the ends straddled a change, and whether any run failed."""
-        below_lo, below_hi = (
-            _below(kind, at(points, rows, lo, times)),
-            _below(kind, at(points, rows, hi, times)),
-        )
-        straddles = below_lo & ~below_hi
-
-        def body(_, carry):
-            lo, hi, failed = carry
-            mid = 0.5 * (lo + hi)
-            regime = at(points, rows, mid, times)
-            failed = failed | (regime == FAILED)
-            below = _below(kind, regime)
-            return jnp.where(below, mid, lo), jnp.where(below, hi, mid), failed
-
-        lo, hi, failed = lax.fori_loop(0, n_iter, body, (lo, hi, jnp.zeros_like(straddles)))
-        # The two sides of the final bracket, recomputed: they must differ as an edge does.
-        sides = _below(kind, at(points, rows, lo, times)) & ~_below(
-            kind, at(points, rows, hi, times)
-        )
-        return lo, hi, straddles & sides, failed
-
-    return jax.jit(bisect)
+"""The default range of alpha scanned."""
+SCAN_PER_DECADE = 8
+"""Scan alphas per decade of ``alpha_range`` by default."""
+KINDS = ("collapse", "direct")
+"""The two kinds of edge: where the regime starts or stops being collapse / direct."""
+MAX_EDGES = 4
+"""Edges of one kind kept per point in ``alpha_<kind>_all`` (more are counted only)."""
+WHY_NAN = ("found", "no_edge", "several_edges", "solver_failure")
+"""Codes 0.. of ``why_nan_<kind>``: why ``alpha_<kind>`` is NaN (0: it is not)."""
+FOUND, NO_EDGE, SEVERAL, FAILURE = range(4)
 
 
 def boundary(
@@ -109,18 +69,27 @@ def boundary(
     mu_set: np.ndarray | None = None,
     alpha_range: tuple[float, float] = ALPHA_RANGE,
     rtol_alpha: float = 1e-6,
+    scan_points: int | None = None,
     dtype: str = "float64",
     collapse_factor: float = inputs.COLLAPSE_FACTOR,
+    progress: bool = False,
     history: str | None = None,
 ) -> xr.Dataset:
-    """The collapse/sequential and sequential/direct critical alpha over a grid.
+    """Every collapse and direct edge in alpha over a grid of the other axes.
 
     ``axes`` as for :func:`samflow.sweep`, but not ``alpha``, ``alpha_j`` or ``seed``
     (alpha is what is solved for; an empty mapping gives one point); a ``mu`` axis
-    indexes the rows of ``mu_set`` ``[k, d]``, as in :func:`samflow.sweep`. Each edge is
-    found to a relative tolerance ``rtol_alpha`` inside ``alpha_range``. Returns
-    ``alpha_collapse(<axes>)`` and ``alpha_direct(<axes>)`` (NaN where the edge does not
-    exist in the range, or a run failed), with attributes saying how they were found.
+    indexes the rows of ``mu_set`` ``[k, d]``, as in :func:`samflow.sweep`. The range
+    ``alpha_range`` is scanned at ``scan_points`` log-spaced alphas (default
+    :data:`SCAN_PER_DECADE` per decade, at least 9), and each change found is bisected
+    to a relative tolerance ``rtol_alpha``. ``progress`` shows a bar over the scan and
+    the bisection rounds.
+
+    Returns, for ``<kind>`` in ``collapse``, ``direct``: ``alpha_<kind>(<axes>)`` (the
+    edge where exactly one exists in the range, else NaN), ``n_edges_<kind>(<axes>)``,
+    ``alpha_<kind>_all(<axes>, edge)`` (every edge in increasing alpha, NaN-filled to
+    :data:`MAX_EDGES`) and ``why_nan_<kind>(<axes>)`` (:data:`WHY_NAN`), with
+    attributes saying how they were found.
     """
     if not isinstance(axes, Mapping):
         raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")
@@ -129,6 +98,10 @@ def boundary(
             raise InputError(f"axis {name}: boundary solves for alpha; vary the other axes")
     lo_alpha, hi_alpha = inputs.check_range("alpha-range", alpha_range)
     rtol_alpha = inputs.fraction("rtol-alpha", rtol_alpha)
+    if scan_points is None:
+        scan_points = max(9, math.ceil(SCAN_PER_DECADE * math.log10(hi_alpha / lo_alpha)) + 1)
+    scan_points = inputs.integer("scan-points", scan_points, minimum=2)
+    progress = inputs.check_flag("progress", progress)
     spec = SweepSpec.from_inputs(
         method,
         depth=depth,
@@ -141,8 +114,7 @@ def boundary(
         collapse_factor=collapse_factor,
         mu_set=mu_set,
     )
-    # Both edges of every grid point are one batch of 2 x the grid.
-    spec.check_size(inputs.MEMORY_SHARE * inputs.memory_bytes() / 2)
+    spec.check_size()
     if history is None:
         history = inputs.python_call(
             "boundary",
@@ -153,71 +125,122 @@ def boundary(
             rho=rho,
             runner=runner,
         )
-    return _solve(spec, lo_alpha, hi_alpha, rtol_alpha, history)
+    return _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
 
 
-def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, history) -> xr.Dataset:
-    """Bisect both edges of every point of the checked ``spec``."""
-    import jax.numpy as jnp
+class _Regimes:
+    """The regime at the horizon of grid points at given alphas, in batches of runs."""
 
-    from samflow import devices
-    from samflow.engine import place
-    from samflow.init import layer_rows
-    from samflow.precision import precision
+    def __init__(self, spec: SweepSpec, bar):
+        from samflow import devices
+
+        self.spec, self.bar = spec, bar
+        self.setup = replace(spec.setup(), keep=())
+        self.n_dev = len(devices.mesh().devices.flat)
+
+    def __call__(self, flat: np.ndarray, log_alpha: np.ndarray) -> np.ndarray:
+        """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``."""
+        from samflow.engine import run_points
+        from samflow.init import layer_rows
+        from samflow.sweeps.store import chunk_plan
+
+        out = []
+        _, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
+        for block in blocks:  # run_points pads each to its bucket and the device count
+            points = self.spec.points(flat[block])
+            rows = layer_rows(np.broadcast_to(points.depth, (len(block),)), self.spec.n_layers)
+            # The base start has alpha = 1 in every real layer: scale those rows.
+            scale = np.where(rows, np.exp(log_alpha[block])[:, None, None], 1.0)
+            points = points._replace(theta0=points.theta0 * scale)
+            out.append(run_points(self.setup, points, self.spec.times())["regime"])
+            self.bar.update(len(block))
+        return np.concatenate(out)
+
+
+def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history) -> xr.Dataset:
+    """Scan, then bisect every edge of every point of the checked ``spec``."""
+    from tqdm.auto import tqdm
+
+    from samflow.regimes import COLLAPSE, DIRECT, FAILED
     from samflow.schema import BOUNDARY
-    from samflow.sweeps.store import chunk_plan
 
-    rule, runner, depth, dtype = spec.rule, spec.runner, spec.depth, spec.dtype
-    collapse_factor = spec.collapse_factor
-    n_iter = max(1, math.ceil(math.log2(math.log(hi_alpha / lo_alpha) / math.log1p(rtol_alpha))))
-    P = spec.size
-    # Both edges of every grid point in one batch: points 0..P-1 collapse, P..2P-1 direct.
-    C, _ = chunk_plan(2 * P, 2 * P, len(devices.mesh().devices.flat))
-    flat = np.arange(C) % P
-    kind = (np.arange(C) >= P).astype(np.int32)
-    setup = replace(spec.setup(), keep=())
-    points = spec.points(flat)
-    rows = layer_rows(np.broadcast_to(points.depth, (C,)), spec.n_layers)
-    fn = _bisection(setup, n_iter)
-    with precision(dtype) as dt:
-        args, times = place(setup, points, spec.times())
-        lo = jnp.full(C, math.log(lo_alpha), dt)
-        hi = jnp.full(C, math.log(hi_alpha), dt)
-        out = fn(args, jnp.asarray(rows), jnp.asarray(kind), lo, hi, times)
-        lo, hi, ok, failed = (np.asarray(v) for v in devices.gather(out))
-    edge = np.where(ok & ~failed, np.exp(0.5 * (lo + hi)), np.nan)
+    P, S = spec.size, scan_points
+    scan = np.linspace(math.log(lo_alpha), math.log(hi_alpha), S)
+    step = scan[1] - scan[0]
+    n_iter = max(1, math.ceil(math.log2(step / math.log1p(rtol_alpha))))
+    with tqdm(total=P * S, desc="scan", unit="run", disable=not progress) as bar:
+        regimes = _Regimes(spec, bar)
+        regime = regimes(np.repeat(np.arange(P), S), np.tile(scan, P)).reshape(P, S)
+        ok = regime != FAILED
+        # Brackets: neighbouring scan alphas, both run, on either side of an edge; per
+        # bracket its kind, point, low end (scan index) and indicator at the low end.
+        found = []
+        for k, code in enumerate((COLLAPSE, DIRECT)):
+            ind = regime == code
+            # nonzero is row-major: each point's brackets in increasing alpha
+            p, i = np.nonzero(ok[:, :-1] & ok[:, 1:] & (ind[:, :-1] != ind[:, 1:]))
+            found.append((np.full(len(p), k), p, i, ind[p, i]))
+        kind, point, low, start = (np.concatenate(v) for v in zip(*found, strict=True))
+        lo, hi = scan[low], scan[low + 1]
+        failed = np.zeros(len(kind), bool)
+        if len(kind):
+            bar.reset(total=n_iter * len(kind))
+            bar.set_description("bisect")
+            for _ in range(n_iter):
+                mid = 0.5 * (lo + hi)
+                r = regimes(point, mid)
+                failed |= r == FAILED
+                same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == start) & (r != FAILED)
+                lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
+    edge = np.where(failed, np.nan, np.exp(0.5 * (lo + hi)))
+
     data = {a.name: a.array() for a in spec.axes}
-    for k, name in enumerate(EDGES):
-        data[name] = edge[k * P : (k + 1) * P].reshape(spec.shape)
+    data["edge"] = np.arange(MAX_EDGES)
+    for k, name in enumerate(KINDS):
+        mine = kind == k
+        count = np.bincount(point[mine], minlength=P)
+        every, filled = np.full((P, MAX_EDGES), np.nan), np.zeros(P, int)
+        # each point's edges come in increasing alpha: slot = rank among them
+        for p, e in zip(point[mine], edge[mine], strict=True):
+            if filled[p] < MAX_EDGES:
+                every[p, filled[p]] = e
+            filled[p] += 1
+        bad = ~ok.all(axis=1) | (np.bincount(point[mine & failed], minlength=P) > 0)
+        why = np.select([bad, count == 0, count > 1], [FAILURE, NO_EDGE, SEVERAL], FOUND)
+        data[f"alpha_{name}"] = np.where(why == FOUND, every[:, 0], np.nan).reshape(spec.shape)
+        data[f"alpha_{name}_all"] = every.reshape(*spec.shape, MAX_EDGES)
+        data[f"n_edges_{name}"] = count.reshape(spec.shape)
+        data[f"why_nan_{name}"] = why.reshape(spec.shape)
     names = list(spec.axis_names)
+    rule, runner = spec.rule, spec.runner
     settings = dict(
         method=rule.name,
         mode=runner.mode,
-        depth=depth if "depth" not in spec.axis_names else None,
+        depth=spec.depth if "depth" not in spec.axis_names else None,
         rho=spec.rho if "rho" not in spec.axis_names else None,
         mu=np.asarray(spec.mu) if spec.mu else None,
-        dtype=dtype,
+        dtype=spec.dtype,
         axes=" ".join(names),
         method_of_solution=(
-            f"bisection on log alpha in [{lo_alpha:g}, {hi_alpha:g}], {n_iter} steps "
-            f"(relative tolerance {rtol_alpha:g}), both edges of every grid point in one "
-            "compiled program; an edge is where the regime at the horizon changes from "
-            "collapse (below) / from not direct to direct (above); NaN where the ends of "
-            "the range do not straddle it, a run failed, or the two sides of the final "
-            "bracket do not differ as an edge does"
+            f"scan of {S} log-spaced alphas in [{lo_alpha:g}, {hi_alpha:g}], then "
+            f"bisection on log alpha of every change, {n_iter} steps (relative tolerance "
+            f"{rtol_alpha:g}); the collapse edge is where the regime at the horizon starts "
+            "or stops being collapse, the direct edge where it starts or stops being "
+            "direct; two edges closer than one scan step are not seen"
         ),
         alpha_range=np.asarray([lo_alpha, hi_alpha]),
         rtol_alpha=rtol_alpha,
+        scan_points=S,
         bisection_steps=n_iter,
-        collapse_factor=collapse_factor,
+        collapse_factor=spec.collapse_factor,
         flow_formulation=spec.formulation,
         **runner.attrs(),
     )
-    return BOUNDARY.dataset(data, grid=names, dtype=dtype, attrs=settings, history=history)
+    return BOUNDARY.dataset(data, grid=names, dtype=spec.dtype, attrs=settings, history=history)
 
 
 def figure(ds: xr.Dataset):
-    """Both edges against the first grid axis (log-log), other axes at their first value.
+    """Every edge against the first grid axis (log-log), other axes at their first value.
 
     For balanced l2-SAM at L = 2 on one point the exact sequential/direct edge of
     docs/theory.md §4.4 is drawn beside the measured one.
@@ -236,8 +259,19 @@ def figure(ds: xr.Dataset):
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     styles = {"alpha_collapse": ("#004488", "o", "-"), "alpha_direct": ("#BB5566", "s", "--")}
     for name, (colour, marker, line) in styles.items():
-        label = "collapse | sequential" if name == "alpha_collapse" else "sequential | direct"
-        ax.plot(xs, sub[name].values, color=colour, marker=marker, ls=line, ms=4, label=label)
+        label = "collapse edges" if name == "alpha_collapse" else "direct edges"
+        every = sub[f"{name}_all"].values  # [x, edge]: the k-th edge of each x on one curve
+        for k in range(every.shape[-1]):
+            if np.isfinite(every[:, k]).any():
+                ax.plot(
+                    xs,
+                    every[:, k],
+                    color=colour,
+                    marker=marker,
+                    ls=line,
+                    ms=4,
+                    label=label if k == 0 else None,
+                )
     a = ds.attrs
     if x == "rho" and a.get("method") == "sam-l2" and a.get("depth") == 2 and "mu" in a:
         exact = [l2sam_l2_direct_edge(a["mu"], r) for r in xs]

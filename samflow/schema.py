@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xarray as xr
 
+from samflow.boundary import MAX_EDGES, WHY_NAN
 from samflow.regimes import (
     FLAG_MEANINGS,
     FLAG_VALUES,
@@ -552,20 +553,54 @@ SWEEP = Schema(
     },
 )
 
+
+def _edge_variables(kind: str, where: str) -> dict[str, Variable]:
+    """What a boundary file says of the edges of one kind (collapse or direct)."""
+    return {
+        f"alpha_{kind}": Variable(
+            (GRID,),
+            FLOAT,
+            f"critical alpha of the {kind} edge, {where}",
+            attrs={
+                "comment": f"NaN unless exactly one such edge lies in alpha_range: why_nan_{kind}"
+            },
+        ),
+        f"alpha_{kind}_all": Variable(
+            (GRID, "edge"),
+            FLOAT,
+            f"every {kind} edge inside alpha_range, in increasing alpha (NaN: none)",
+            attrs={"comment": f"more than {MAX_EDGES} edges keep the first {MAX_EDGES}"},
+        ),
+        f"n_edges_{kind}": Variable(
+            (GRID,),
+            "int32",
+            f"number of {kind} edges found inside alpha_range",
+            attrs={"comment": "a lower bound where why_nan is solver_failure"},
+        ),
+        f"why_nan_{kind}": Variable(
+            (GRID,),
+            "int8",
+            f"why alpha_{kind} is NaN (found: it is not)",
+            attrs={
+                "flag_values": np.arange(len(WHY_NAN), dtype=np.int8),
+                "flag_meanings": " ".join(WHY_NAN),
+                "comment": "solver_failure: a run failed in the scan or a bisection, so an "
+                "edge may be missing",
+            },
+        ),
+    }
+
+
 BOUNDARY = Schema(
     kind="boundary",
     variables={
         # alpha is what a boundary solves for, not an axis
         **{k: v for k, v in AXES.items() if k not in ("alpha", "seed")},
-        **{
-            f"alpha_{edge}": Variable(
-                (GRID,),
-                FLOAT,
-                f"critical alpha of the {what} edge",
-                attrs={"comment": "NaN: no such edge inside alpha_range, or a run failed"},
-            )
-            for edge, what in (("collapse", "collapse/sequential"), ("direct", "sequential/direct"))
-        },
+        "edge": Variable(("edge",), "int64", "index k of an edge, in increasing alpha", coord=True),
+        **_edge_variables(
+            "collapse", "where the regime at the horizon starts or stops being collapse"
+        ),
+        **_edge_variables("direct", "where the regime at the horizon starts or stops being direct"),
     },
     attrs={
         **{k: v for k, v in RUN_ATTRS.items() if k != "n_points"},
@@ -573,6 +608,7 @@ BOUNDARY = Schema(
         "method_of_solution": Attribute("how the edges were found"),
         "alpha_range": Attribute("the bracket of alpha searched"),
         "rtol_alpha": Attribute("relative tolerance of each edge"),
+        "scan_points": Attribute("log-spaced alphas scanned for changes of regime"),
         "bisection_steps": Attribute("bisection steps on log alpha"),
     },
 )

@@ -1,10 +1,12 @@
-"""Regime boundaries by bisection, against the closed form and a dense regime map."""
+"""Regime boundaries (scan, then bisection), against the closed form and dense regime maps."""
 
+import jax.monitoring
 import numpy as np
 import pytest
 import xarray as xr
 
 import samflow
+from samflow.boundary import FAILURE, FOUND, NO_EDGE, SEVERAL
 from samflow.cli import main
 from samflow.regimes import COLLAPSE, DIRECT
 from samflow.theory import l2sam_l2_direct_edge
@@ -13,11 +15,15 @@ MU = [1.0, 2.0, 3.0, 4.0]
 FLOW = samflow.Flow(tau_max=200.0, n_save=60)
 
 
-@pytest.fixture(scope="module")
-def edges():
+def _edges():
     return samflow.boundary(
         "sam-l2", depth=2, mu=MU, axes={"rho": [0.5, 1.0]}, runner=FLOW, rtol_alpha=1e-6
     )
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return _edges()
 
 
 def test_direct_edge_is_the_closed_form(edges):
@@ -48,13 +54,78 @@ def test_edges_agree_with_a_dense_map(edges):
     np.testing.assert_array_equal(regime == COLLAPSE, alphas < a_c)
     np.testing.assert_array_equal(regime == DIRECT, alphas >= a_d)
     assert abs(a_c - 0.3841) < 1e-3  # the collapse edge measured in docs/theory.md §4
+    for kind in ("collapse", "direct"):
+        np.testing.assert_array_equal(edges[f"n_edges_{kind}"].values, 1)
+        np.testing.assert_array_equal(edges[f"why_nan_{kind}"].values, FOUND)
+        np.testing.assert_array_equal(
+            edges[f"alpha_{kind}_all"].isel(edge=0).values, edges[f"alpha_{kind}"].values
+        )
+
+
+def test_a_second_call_compiles_nothing(edges):
+    """The batches run through the cached program of the setup: an identical call traces
+    (and so compiles) nothing, and finds the same edges."""
+    traced = []
+
+    def count(event, duration, **kwargs):
+        if event == "/jax/core/compile/jaxpr_trace_duration":
+            traced.append(duration)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        again = _edges()
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert traced == []
+    xr.testing.assert_identical(again.drop_attrs(), edges.drop_attrs())
 
 
 def test_missing_edges_are_nan():
     """GD at L = 2 is direct for every alpha: neither edge lies in the range."""
     ds = samflow.boundary("gd", depth=2, mu=MU, axes={"depth": [2]}, runner=FLOW, rtol_alpha=1e-3)
-    assert np.isnan(ds["alpha_collapse"].values).all()
-    assert np.isnan(ds["alpha_direct"].values).all()
+    for kind in ("collapse", "direct"):
+        assert np.isnan(ds[f"alpha_{kind}"].values).all()
+        assert np.isnan(ds[f"alpha_{kind}_all"].values).all()
+        np.testing.assert_array_equal(ds[f"n_edges_{kind}"].values, 0)
+        np.testing.assert_array_equal(ds[f"why_nan_{kind}"].values, NO_EDGE)
+    assert ds["why_nan_direct"].attrs["flag_meanings"].split()[NO_EDGE] == "no_edge"
+
+
+def test_a_failed_run_is_said():
+    """A solver capped at 20 steps fails at alpha = 0.1 (checked below): an edge could
+    hide where a run failed, so no edge is reported as the edge, and the reason says so."""
+    runner = samflow.Flow(tau_max=200.0, n_save=20, max_steps=20)
+    ds = samflow.boundary(
+        "sam-l2", depth=2, mu=MU, rho=1.0, axes={}, runner=runner, alpha_range=(0.1, 10.0)
+    )
+    check = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": [0.1]}, runner=runner)
+    assert int(check["solver_failed"][0]) == 1  # the premise: the smallest alpha fails
+    for kind in ("collapse", "direct"):
+        assert int(ds[f"why_nan_{kind}"]) == FAILURE and np.isnan(float(ds[f"alpha_{kind}"]))
+
+
+def test_several_direct_edges_at_depth_3(capsys):
+    """l2-SAM at L = 3, mu = (1, 2, 3, 4), rho = 0.1 is direct at the smallest alphas, not
+    direct between about 2e-3 and 0.1 (major lost, returned, sequential), and direct
+    again above: two direct edges, no collapse edge. Each edge found is checked against
+    the labels of independent runs just below and just above it."""
+    runner = samflow.Flow(tau_max=200.0, n_save=60)
+    problem = dict(depth=3, mu=MU, rho=0.1, runner=runner)
+    ds = samflow.boundary(
+        "sam-l2", **problem, axes={}, alpha_range=(1e-3, 1.0), rtol_alpha=1e-4, progress=True
+    )
+    shown = capsys.readouterr().err  # the progress bar, on stderr
+    assert "scan" in shown and "bisect" in shown
+    assert int(ds["n_edges_direct"]) == 2
+    assert int(ds["why_nan_direct"]) == SEVERAL and np.isnan(float(ds["alpha_direct"]))
+    assert int(ds["n_edges_collapse"]) == 0 and int(ds["why_nan_collapse"]) == NO_EDGE
+    found = ds["alpha_direct_all"].values
+    assert np.isnan(found[2:]).all() and 1e-3 < found[0] < 0.01 < 0.05 < found[1] < 0.2
+    # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
+    # the final bracket whatever the rounding
+    alphas = np.sort(np.concatenate([found[:2] * (1 - 1e-3), found[:2] * (1 + 1e-3)]))
+    regime = samflow.sweep("sam-l2", **problem, axes={"alpha": alphas})["regime"].values
+    np.testing.assert_array_equal(regime == DIRECT, [True, False, False, True])
 
 
 @pytest.mark.parametrize(
@@ -64,6 +135,8 @@ def test_missing_edges_are_nan():
         ({"axes": {"seed": [1]}}, "seed"),
         ({"axes": {}, "alpha_range": (2.0, 1.0)}, "alpha-range"),
         ({"axes": {}, "rtol_alpha": 0.0}, "rtol-alpha"),
+        ({"axes": {}, "scan_points": 1}, "scan-points"),
+        ({"axes": {}, "progress": "yes"}, "progress"),
         ({"axes": {}, "rho": -1.0}, "rho"),
     ],
 )

@@ -1,4 +1,4 @@
-"""``samflow boundary``: the critical alpha of each regime edge over a grid, by bisection."""
+"""``samflow boundary``: every critical alpha of each regime edge over a grid, scan then bisect."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import argparse
 
 import numpy as np
 
-from samflow.boundary import ALPHA_RANGE
+from samflow.boundary import ALPHA_RANGE, SCAN_PER_DECADE
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
     finite_float,
     float_list,
+    integer,
     problem_from_args,
     runner_from_args,
 )
@@ -21,10 +22,13 @@ from samflow.errors import InputError
 def register(sub) -> None:
     p = sub.add_parser(
         "boundary",
-        help="collapse/sequential and sequential/direct critical alpha over a grid",
+        help="every collapse and direct edge in alpha over a grid",
         description="Find, for every point of a grid of the other axes (rho, depth, mu, eta), "
-        "the alpha where the regime changes from collapse and where it becomes direct, "
-        "by bisection on log alpha over vmapped runs in one compiled program. "
+        "every alpha in the range where the regime starts or stops being collapse, and "
+        "where it starts or stops being direct: a scan of log-spaced alphas, then a "
+        "bisection on log alpha of every change found (vmapped runs). "
+        "alpha_collapse / alpha_direct hold the edge where exactly one exists, "
+        "alpha_*_all every edge, why_nan_* why a value is NaN. "
         "Python: samflow.boundary(...).",
     )
     add_problem_args(p)
@@ -39,7 +43,14 @@ def register(sub) -> None:
     p.add_argument(
         "--alpha-range",
         default=",".join(f"{v:g}" for v in ALPHA_RANGE),
-        help="bracket LOW,HIGH of the bisection on alpha",
+        help="range LOW,HIGH of alpha scanned for edges",
+    )
+    p.add_argument(
+        "--scan-points",
+        type=integer("scan-points"),
+        default=None,
+        help=f"log-spaced alphas scanned (default {SCAN_PER_DECADE} per decade, at least 9); "
+        "two edges closer than one scan step are not seen",
     )
     p.add_argument(
         "--rtol-alpha",
@@ -48,8 +59,8 @@ def register(sub) -> None:
         help="relative tolerance of each critical alpha",
     )
     p.add_argument("--out", required=True, help="output netCDF file")
-    p.add_argument("--figure", help="figure of both edges against the first axis (PNG or PDF)")
-    add_output_args(p)
+    p.add_argument("--figure", help="figure of every edge against the first axis (PNG or PDF)")
+    add_output_args(p, "--no-progress")
     p.set_defaults(func=run)
 
 
@@ -79,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         runner=runner_from_args(args),
         alpha_range=tuple(lo_hi),
         rtol_alpha=args.rtol_alpha,
+        scan_points=args.scan_points,
+        progress=not args.quiet,
         dtype=args.dtype,
         collapse_factor=args.collapse_factor,
         history=args.command_line,
@@ -89,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
             v = ds[name].values
             shown = np.array2string(v.ravel()[:6], precision=6)
             print(f"{args.out}: {name} {shown}{' ...' if v.size > 6 else ''}")
+            several = int((ds[f"n_edges_{name[6:]}"].values > 1).sum())
+            if several:
+                print(f"{args.out}: {several} point(s) with several {name[6:]} edges: {name}_all")
     if args.figure:
         import matplotlib.pyplot as plt
 
