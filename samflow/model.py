@@ -104,8 +104,7 @@ class DiagAux(NamedTuple):
     Fields:
         loss: ``[*batch]`` loss at the evaluated parameters.
         lprime_abs: ``[*batch]`` ``|l'(z)|`` when n = 1 (the rescaling factor of
-            docs/theory.md §3); for n > 1 the flow is not rescaled and this is 1;
-            NaN where a margin is not finite (an overflow at the evaluated point).
+            docs/theory.md §3); for n > 1 the flow is not rescaled and this is 1.
     """
 
     loss: Array
@@ -129,9 +128,6 @@ def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Ar
     c = sum_rows((lprime * problem.y)[:, None] * problem.X) / n
     g = _masked(c[None] * exclusive_products(theta), mask)
     rescale = -lprime[0] if n == 1 else jnp.ones_like(z[0])
-    # An overflowed margin (a perturbed point beyond the dtype's range) gives a zero
-    # gradient that would pass for a stall: the NaN clock marks the run failed instead.
-    rescale = jnp.where(jnp.all(jnp.isfinite(z), axis=0), rescale, jnp.nan)
     return g, DiagAux(loss=logistic_loss(z), lprime_abs=rescale)
 
 
