@@ -7,6 +7,9 @@ the inputs, pick the formulation as ``samflow.trajectory`` does, and jit the cal
 
 from __future__ import annotations
 
+import gzip
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,3 +91,16 @@ def solve_flow(
             config=FlowConfig.of(runner, form, dt),
         )
         return jax.tree_util.tree_map(np.asarray, sol)
+
+
+def write_mnist_test_split(folder: Path, images: np.ndarray, labels: np.ndarray) -> Path:
+    """``folder`` holding ``images`` ``[n, h, w]`` and ``labels`` ``[n]`` (uint8) as the gzipped
+    IDX files of MNIST's test split, the only split on the shared machines."""
+    folder.mkdir()
+    for name, arr, magic in (
+        ("t10k-images-idx3-ubyte.gz", images, 2051),
+        ("t10k-labels-idx1-ubyte.gz", labels, 2049),
+    ):
+        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in arr.shape)
+        (folder / name).write_bytes(gzip.compress(header + arr.tobytes()))
+    return folder

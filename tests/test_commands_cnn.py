@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
-
 import numpy as np
 import pytest
 import xarray as xr
+from runs import write_mnist_test_split
 
 from samflow.cli import main
 from samflow.images import results, train
@@ -23,15 +22,7 @@ def mnist_dir(tmp_path):
     for i, label in enumerate(labels):
         r, c = (2, 2) if label == 3 else (6, 6)
         images[i, r : r + 4, c : c + 4] = rng.integers(150, 256, size=(4, 4))
-    folder = tmp_path / "mnist"
-    folder.mkdir()
-    for name, arr, magic in (
-        ("t10k-images-idx3-ubyte.gz", images, 2051),
-        ("t10k-labels-idx1-ubyte.gz", labels, 2049),
-    ):
-        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in arr.shape)
-        (folder / name).write_bytes(gzip.compress(header + arr.tobytes()))
-    return folder
+    return write_mnist_test_split(tmp_path / "mnist", images, labels)
 
 
 def _run(argv, capsys) -> tuple[int, str]:

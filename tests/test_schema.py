@@ -1,11 +1,10 @@
 """Every kind of file against its schema (samflow/schema.py), made through the command
 line as a user would; the Python API's in-memory Datasets equal the written files."""
 
-import gzip
-
 import numpy as np
 import pytest
 import xarray as xr
+from runs import write_mnist_test_split
 
 import samflow
 from samflow.cli import main
@@ -129,14 +128,7 @@ def _mnist(folder):
     for i, label in enumerate(labels):
         r = 2 if label == 3 else 6
         images[i, r : r + 4, r : r + 4] = rng.integers(150, 256, size=(4, 4))
-    folder.mkdir()
-    for name, arr, magic in (
-        ("t10k-images-idx3-ubyte.gz", images, 2051),
-        ("t10k-labels-idx1-ubyte.gz", labels, 2049),
-    ):
-        header = magic.to_bytes(4, "big") + b"".join(d.to_bytes(4, "big") for d in arr.shape)
-        (folder / name).write_bytes(gzip.compress(header + arr.tobytes()))
-    return folder
+    return write_mnist_test_split(folder, images, labels)
 
 
 @pytest.mark.parametrize(
