@@ -53,6 +53,7 @@ from typing import NamedTuple
 
 import diffrax
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,8 +68,58 @@ from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_ran
 from samflow.rules import PerturbationRule
 from samflow.runners import Flow
 
-SOLVERS = {name: getattr(diffrax, name.capitalize()) for name in runners.SOLVERS}
-"""diffrax's solver class of each name a :class:`samflow.Flow` accepts."""
+
+class Tsit5(diffrax.Tsit5):
+    """diffrax's Tsit5 with its stages written out: the same tableau, error estimate,
+    dense output and first-same-as-last reuse, in a few fused operations per step.
+
+    diffrax runs the stages of any Runge-Kutta method as a loop over a stage buffer,
+    which inside a vmapped solve costs more than the field of a balanced flow (d = 4:
+    about a sixth of a sweep's time, bench case 3). Here every stage is
+    ``y_i = y0 + sum_j a_ij k_j``, ``k_i = dt f(t0 + c_i dt, y_i)``; the last stage sits
+    at ``y1`` (the tableau's last row of ``a`` is its ``b``), and its field is the next
+    step's first (FSAL). Only the order of the sums differs from diffrax's, so the two
+    agree to rounding (``tests/test_flows.py``).
+    """
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        first, f0 = solver_state
+        control = terms.contr(t0, t1)
+        dt = t1 - t0
+        # The first step (or one after a jump) has no stored field: evaluate it. Any
+        # trajectory of a vmapped batch needing it makes the batch evaluate it, as in
+        # diffrax (an unbatched predicate keeps this a branch, not a select).
+        f0 = jax.lax.cond(
+            eqxi.unvmap_any(first | made_jump), lambda: terms.vf(t0, y0, args), lambda: f0
+        )
+        ks = [terms.prod(f0, control)]
+        for a_row, c in zip(_TSIT5_A, _TSIT5_C, strict=True):
+            yi = y0
+            for a, k in zip(a_row, ks, strict=True):  # stage i uses k_0 .. k_{i-1}
+                yi = yi + a * k
+            fi = terms.vf(t1 if c == 1 else t0 + c * dt, yi, args)
+            ks.append(terms.prod(fi, control))
+        y_error = sum(b * k for b, k in zip(_TSIT5_B_ERROR, ks, strict=True))
+        dense = dict(y0=y0, y1=yi, k=jnp.stack(ks))
+        return yi, y_error, dense, (jnp.zeros((), bool), fi), diffrax.RESULTS.successful
+
+
+_TSIT5_TABLEAU = diffrax.Tsit5.tableau
+_TSIT5_A = tuple(tuple(float(a) for a in row) for row in _TSIT5_TABLEAU.a_lower)
+_TSIT5_C = tuple(float(c) for c in _TSIT5_TABLEAU.c)
+_TSIT5_B_ERROR = tuple(float(b) for b in _TSIT5_TABLEAU.b_error)
+# y1 is the last stage's point: Tsit5's last row of a is b (and c = 1 there).
+assert np.allclose(_TSIT5_TABLEAU.a_lower[-1], _TSIT5_TABLEAU.b_sol[:-1])
+assert _TSIT5_TABLEAU.b_sol[-1] == 0 and _TSIT5_C[-1] == 1
+
+SOLVERS = {
+    name: Tsit5 if name == "tsit5" else getattr(diffrax, name.capitalize())
+    for name in runners.SOLVERS
+}
+"""The solver class of each name a :class:`samflow.Flow` accepts: diffrax's, with
+``tsit5`` as :class:`Tsit5` (the same method, its stages written out)."""
+UNROLL_PATH = 16
+"""Up to this many coordinates the leader path's crossings are written out (step_path)."""
 
 
 class FlowConfig(NamedTuple):
@@ -249,7 +300,10 @@ def step_path(
         path = path_enter(path, new, t0 + at[j] * (t1 - t0), -1, major)
         return path, jnp.where(hit, at[j], s)
 
-    path, _ = jax.lax.fori_loop(0, d - 1, cross, (path, jnp.zeros((), l0.dtype)))
+    # Written out for a few coordinates: a loop in every solver step costs more than
+    # its d - 1 small bodies.
+    carry = (path, jnp.zeros((), l0.dtype))
+    path, _ = jax.lax.fori_loop(0, d - 1, cross, carry, unroll=d <= UNROLL_PATH)
     return path_enter(path, jnp.where(finite, top(l1), 0), t1, -1, major)
 
 

@@ -186,3 +186,56 @@ def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
         assert (
             int(_classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path).regime) == DIRECT
         )
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_written_out_tsit5_is_diffrax_tsit5(depth):
+    """samflow.flows.Tsit5 (stages written out) against diffrax's own Tsit5, vmapped
+    over three balanced l2-SAM starts (at L = 2 a collapse, a sequential and a direct
+    run; at L = 3 a blow-up), each stopped by a norm event as in samflow.flows: the same
+    accepted and rejected steps and the same saved states. Only the order of the stage
+    sums differs, so states agree to rounding accumulated over a few dozen steps
+    (1e-12 relative leaves a thousand ulps of room)."""
+    import diffrax
+    import jax.numpy as jnp
+    import optimistix as optx
+
+    from samflow.flows import Tsit5
+    from samflow.rules import SAM_L2
+
+    ts = jnp.asarray(save_times(6.0 if depth == 2 else 1.0, 20))
+    mu = jnp.asarray(MU)
+
+    def solve(solver, alpha, rho):
+        def leaves(t, y, args, **kwargs):  # log max beta leaves (start - 16, 20)
+            level = depth * jnp.max(y)
+            return jnp.minimum(level - depth * jnp.log(alpha) + 16.0, 20.0 - level)
+
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(SAM_L2.balanced.field),
+            solver,
+            ts[0],
+            ts[-1],
+            None,
+            jnp.full(4, jnp.log(alpha)),
+            (mu, jnp.asarray(depth), rho),
+            saveat=diffrax.SaveAt(ts=ts),
+            stepsize_controller=diffrax.PIDController(rtol=1e-8, atol=1e-10, norm=optx.max_norm),
+            event=diffrax.Event(leaves),
+            max_steps=10_000,
+        )
+        return sol.ys, sol.stats["num_steps"], sol.stats["num_accepted_steps"]
+
+    with precision("float64"):
+        alpha, rho = jnp.asarray([0.1, 0.3, 1.5]), jnp.asarray([1.0, 0.6, 0.2])
+        ours = jax.jit(jax.vmap(lambda a, r: solve(Tsit5(), a, r)))(alpha, rho)
+        theirs = jax.jit(jax.vmap(lambda a, r: solve(diffrax.Tsit5(), a, r)))(alpha, rho)
+    ys, steps, accepted = map(np.asarray, ours)
+    ref, ref_steps, ref_accepted = map(np.asarray, theirs)
+    np.testing.assert_array_equal(steps, ref_steps)
+    np.testing.assert_array_equal(accepted, ref_accepted)
+    assert steps.sum() > 60  # enough steps to exercise the controller
+    np.testing.assert_array_equal(np.isfinite(ys), np.isfinite(ref))  # inf after the event
+    assert np.any(~np.isfinite(ys[:, -1]))  # an event ended a run
+    finite = np.isfinite(ys)
+    np.testing.assert_allclose(np.exp(ys[finite]), np.exp(ref[finite]), rtol=1e-12)
