@@ -632,13 +632,22 @@ def _images_variables() -> dict[str, Variable]:
         "occlusion_stroke": (
             "mean drop of y * logit when the stroke pixels are set to the training mean"
         ),
+        "dark_share": "mean share of positive Grad-CAM mass on dark test pixels",
     }
     out = {}
     for name, meaning in history.items():
+        when = "border background" if name == "dark_share" else None
         over = name if name in ("loss", "train_accuracy") else f"{name}_history"
-        out[over] = Variable((*run, "seed", "record"), "float32", meaning)
+        out[over] = Variable((*run, "seed", "record"), "float32", meaning, when=when)
         if over != name:  # its value at the end of training too
-            out[name] = Variable((*run, "seed"), "float32", f"{meaning}, at the end of training")
+            out[name] = Variable(
+                (*run, "seed"), "float32", f"{meaning}, at the end of training", when=when
+            )
+    out["learned"] = _flags(
+        "final test accuracy >= {min_accuracy:g} (0: left out of the paired differences)",
+        (*run, "seed"),
+        when="min_accuracy given",
+    )
     out["background_share_at_loss"] = Variable(
         (*run, "seed"),
         "float32",
@@ -659,6 +668,9 @@ def _images_variables() -> dict[str, Variable]:
         )
     out["uniform_background_share"] = Variable(
         (), "float64", "background share of a uniform map (mean background area)"
+    )
+    out["uniform_dark_share"] = Variable(
+        (), "float64", "dark share of a uniform map (mean dark area)", when="border background"
     )
     out["example_image"] = Variable(
         ("example", "row", "col", "channel"),
@@ -701,8 +713,10 @@ CONTRASTS = (
     "background_share_at_loss",
     "saliency_background_share",
     "top_mass",
+    "dark_share",
 )
-"""The variables whose paired SAM - GD differences an image file holds."""
+"""The variables whose paired SAM - GD differences an image file holds (``dark_share``
+with a ``border`` background only)."""
 
 IMAGES = Schema(
     kind="images",
@@ -726,7 +740,19 @@ IMAGES = Schema(
         "n_train": Attribute("training images"),
         "n_test": Attribute("test images"),
         "normalise": Attribute("inputs standardised by the training mean and std (0/1)"),
-        "background_threshold": Attribute("pixels darker than this are background"),
+        "background_threshold": Attribute(
+            "pixels darker than this are background (dark) or dark (beside border)"
+        ),
+        "background": Attribute(
+            "background mask: border (outside a centred box); absent: dark", when="border"
+        ),
+        "background_box": Attribute(
+            "side of the centred object box, a fraction of the image side", when="border"
+        ),
+        "min_accuracy": Attribute(
+            "final test accuracy below which a run did not learn (its pairs left out)",
+            when="min_accuracy given",
+        ),
         "attribution_class": Attribute("the class each map explains"),
         "match_loss": Attribute("training loss at which shares are compared"),
         "channels": Attribute("channels of the conv layers", when="cnn"),

@@ -10,6 +10,7 @@ from runs import write_mnist_test_split
 from samflow.cli import main
 from samflow.images import results, train
 from samflow.io import write_dataset
+from samflow.schema import IMAGES
 
 
 @pytest.fixture
@@ -95,6 +96,10 @@ def _no_training(*args, **kwargs):
         (["--examples", "0"], "got '0'"),
         (["--classes", "3,12"], "'12' is not a class of mnist"),
         (["--data-dir", ""], "--data-dir is empty"),
+        (["--background", "border", "--background-box", "1"], "background_box must be in (0, 1)"),
+        (["--background-box", "-0.5"], "background_box must be in (0, 1), got -0.5"),
+        (["--min-accuracy", "1.5"], "min_accuracy must be in [0, 1], got 1.5"),
+        (["--background", "sky"], "invalid choice: 'sky'"),
     ],
 )
 def test_bad_option_values_are_refused_before_training(
@@ -292,3 +297,79 @@ def test_the_python_study_is_the_cli_file(mnist_dir, tmp_path):
     for ds in (written, mine):
         ds.attrs.pop("history")
     xr.testing.assert_identical(written.drop_vars("seconds"), mine.drop_vars("seconds"))
+
+
+def test_border_background_and_min_accuracy_are_used_and_recorded(mnist_dir, tmp_path, capsys):
+    """``--background border``: the share is on the pixels outside the centred box (on
+    12x12 images a box of 0.5 is the central 6x6, so a uniform map scores 108/144); the
+    dark-pixel share is reported beside it; ``--min-accuracy`` names the runs below it
+    and leaves their pairs out."""
+    out = tmp_path / "border.nc"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--channels", "2,2",
+        "--steps", "2", "--record-every", "2", "--batch", "0", "--seeds", "3",
+        "--examples", "2", "--background", "border", "--min-accuracy", "0.99",
+        "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    with xr.open_dataset(out) as ds:
+        assert ds.attrs["background"] == "border" and ds.attrs["background_box"] == 0.5
+        assert ds.attrs["min_accuracy"] == 0.99
+        assert float(ds["uniform_background_share"]) == 108 / 144
+        # the blobs are bright on a black background: the dark area is what is not blob
+        assert 0.8 < float(ds["uniform_dark_share"]) < 1
+        assert ds["dark_share"].dims == ("optimizer", "seed")
+        learned = ds["learned"].values
+        np.testing.assert_array_equal(learned, ds["test_accuracy"].values >= 0.99)
+        both = learned.astype(bool).all(axis=0)
+        assert int(ds["background_share_diff_n"].values[0]) == both.sum()
+        for k, method in enumerate(ds["optimizer"].values):
+            for seed in np.flatnonzero(~learned[k].astype(bool)):
+                assert f"did not learn: {method} seed {seed}" in printed
+        assert f"{(~both).sum()} seed pair(s) left out" in printed or both.all()
+        assert "dark_share_diff_mean" in ds
+    assert IMAGES.check(xr.open_dataset(out)) == []
+
+
+def test_default_background_file_has_no_new_variables(mnist_dir, tmp_path):
+    """Without the new options a file is as before them: no background attributes, no
+    dark share, no learned flags."""
+    out = tmp_path / "dark.nc"
+    argv = [
+        "cnn", "--data-dir", str(mnist_dir), "--method", "gd,sam-l2", "--model", "diagonal",
+        "--steps", "2", "--record-every", "2", "--batch", "0", "--seeds", "2",
+        "--examples", "2", "-q", "--out", str(out),
+    ]  # fmt: skip
+    assert main(argv) == 0
+    with xr.open_dataset(out) as ds:
+        for name in ("background", "background_box", "min_accuracy"):
+            assert name not in ds.attrs
+        for name in ("dark_share", "learned", "uniform_dark_share", "dark_share_diff_mean"):
+            assert name not in ds
+
+
+def test_pairs_with_a_run_that_did_not_learn_are_left_out():
+    """The paired differences with ``min_accuracy``: by hand on made-up runs."""
+    rng = np.random.default_rng(2)
+    accuracy = {"gd": np.array([0.9, 0.5, 0.9, 0.9]), "sam-l2": np.array([0.9, 0.9, 0.9, 0.55])}
+    share = {m: rng.uniform(0.2, 0.8, 4).astype(np.float32) for m in accuracy}
+    runs = []
+    for m in accuracy:
+        fields = {f: np.full((4, 2), 0.5, np.float32) for f in train.Metrics._fields}
+        fields["test_accuracy"][:, -1] = accuracy[m]
+        fields["background_share"][:, -1] = share[m]
+        fields["dark_share"] = None
+        history = train.Metrics(**fields)
+        z = np.zeros((1, 4, 4))
+        runs.append(train.RunResult(m, np.arange(4), np.array([0, 5]), history, z, z, 1.0))
+    examples = {"image": np.zeros((1, 4, 4, 1)), "label": np.ones(1)}
+    ds = results.build_dataset(runs, examples, {"rho": 0.1}, min_accuracy=0.6)
+    np.testing.assert_array_equal(ds["learned"].values, [[1, 0, 1, 1], [1, 1, 1, 0]])
+    keep = [0, 2]  # seed 1: gd did not learn; seed 3: sam-l2 did not
+    d = share["sam-l2"][keep].astype(np.float64) - share["gd"][keep]
+    assert int(ds["background_share_diff_n"].values[0]) == 2
+    np.testing.assert_allclose(ds["background_share_diff_mean"].values[0], d.mean(), rtol=1e-12)
+    assert "dark_share" not in ds and "dark_share_diff_mean" not in ds
+    # the variables conform (the settings a study records are not given here)
+    assert [p for p in IMAGES.check(ds) if not p.startswith("attribute ")] == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -380,3 +382,33 @@ def test_occlusion_of_the_evidence_pixels_hurts_most():
     _, history = train.make_run(clf, config)(clf.init(None), jax.random.key(0), data)
     assert float(history.occlusion_stroke[-1]) > 5 * abs(float(history.occlusion_background[-1]))
     assert float(history.zero_maps[-1]) == 0
+
+
+def test_border_background_is_outside_the_centred_box():
+    """The box of side 0.5 in a 32x32 image is rows and columns 8..23 (16 pixels,
+    margins of 8 on each side); on 12x12 it is 3..8; the mask is the same for every
+    image and does not depend on the pixels."""
+    inside = attribution.box_mask(32, 32, 0.5)
+    assert inside.sum() == 256 and inside[8:24, 8:24].all()
+    np.testing.assert_array_equal(np.flatnonzero(inside.any(axis=1)), np.arange(8, 24))
+    np.testing.assert_array_equal(np.flatnonzero(attribution.box_mask(12, 12, 0.5)[6]), range(3, 9))
+    rng = np.random.default_rng(0)
+    raw = rng.uniform(size=(3, 32, 32, 3)).astype(np.float32)
+    mask = np.asarray(attribution.Background("border").mask(raw))
+    assert mask.shape == (3, 32, 32) and (mask == ~inside).all()
+    dark = attribution.Background("dark", 0.3).mask(raw)
+    np.testing.assert_array_equal(dark, raw.mean(axis=-1) < 0.3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kind": "edge"}, "unknown background 'edge'"),
+        ({"kind": "border", "box": 1.0}, "background_box must be in (0, 1), got 1.0"),
+        ({"kind": "border", "box": 0.0}, "got 0.0"),
+        ({"threshold": 0.0}, "background_threshold must be in (0, 1], got 0.0"),
+    ],
+)
+def test_a_bad_background_names_the_value(kwargs, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        attribution.Background(**kwargs)

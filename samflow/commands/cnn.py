@@ -22,7 +22,7 @@ from samflow.commands.common import (
 )
 from samflow.errors import InputError
 from samflow.images import data as image_data
-from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD
+from samflow.images.attribution import BACKGROUNDS, DEFAULT_BACKGROUND_THRESHOLD, DEFAULT_BOX
 from samflow.images.experiment import DEFAULTS
 from samflow.images.models import CONVS, DEFAULT_CHANNELS, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
@@ -152,7 +152,29 @@ def register(subparsers) -> None:
         "--background-threshold",
         type=finite_float("background-threshold"),
         default=DEFAULT_BACKGROUND_THRESHOLD,
-        help="brightness in [0, 1] below which a pixel is background",
+        help="brightness in [0, 1] below which a pixel is dark: the background with "
+        "--background dark; reported beside the border share with --background border",
+    )
+    cnn.add_argument(
+        "--background",
+        choices=BACKGROUNDS,
+        default="dark",
+        help="which pixels are background: dark (brightness below --background-threshold; "
+        "MNIST) or border (outside a centred box, --background-box; CIFAR-10, whose "
+        "objects are centred)",
+    )
+    cnn.add_argument(
+        "--background-box",
+        type=finite_float("background-box"),
+        default=DEFAULT_BOX,
+        help="side of the centred object box of --background border, a fraction of the "
+        f"image side (default {DEFAULT_BOX:g}: the central quarter of the area)",
+    )
+    cnn.add_argument(
+        "--min-accuracy",
+        type=finite_float("min-accuracy"),
+        help="a run whose final test accuracy is below this did not learn: named in the "
+        "summary and its seed's pairs left out of the paired differences (default: all count)",
     )
     cnn.add_argument("--record-every", type=_bounded("record-every", 1), default=d["record_every"])
     cnn.add_argument(
@@ -226,6 +248,9 @@ def run_cnn(args: argparse.Namespace) -> int:
         steps=args.steps,
         record_every=args.record_every,
         background_threshold=args.background_threshold,
+        background=args.background,
+        background_box=args.background_box,
+        min_accuracy=args.min_accuracy,
         match_loss=args.match_loss,
         log=say,
         history=getattr(args, "command_line", "samflow " + " ".join(sys.argv[1:])),

@@ -15,7 +15,12 @@ import xarray as xr
 from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images import tasks
-from samflow.images.attribution import DEFAULT_BACKGROUND_THRESHOLD, background_mask
+from samflow.images.attribution import (
+    DEFAULT_BACKGROUND_THRESHOLD,
+    DEFAULT_BOX,
+    Background,
+    background_mask,
+)
 from samflow.images.models import DEFAULT_CHANNELS, check_conv, make_classifier
 from samflow.images.results import DEFAULT_MATCH_LOSS, build_dataset
 from samflow.images.train import (
@@ -55,13 +60,22 @@ def check_alphas(alpha: float | Sequence[float], shown: str | None = None) -> li
     return alphas
 
 
-def check_settings(*, background_threshold: float, match_loss: float) -> None:
-    """InputError naming a bad measurement setting (the training settings are
-    :class:`samflow.images.train.TrainConfig`'s)."""
-    if not 0 < background_threshold <= 1:
-        raise InputError(f"background_threshold must be in (0, 1], got {background_threshold}")
+def check_settings(
+    *,
+    background_threshold: float,
+    match_loss: float,
+    background: str = "dark",
+    background_box: float = DEFAULT_BOX,
+    min_accuracy: float | None = None,
+) -> Background:
+    """The background mask; InputError naming a bad measurement setting (the training
+    settings are :class:`samflow.images.train.TrainConfig`'s)."""
+    mask = Background(background, background_threshold, background_box)
     if not 0 < match_loss:
         raise InputError(f"match_loss must be positive, got {match_loss}")
+    if min_accuracy is not None and not 0 <= min_accuracy <= 1:
+        raise InputError(f"min_accuracy must be in [0, 1], got {min_accuracy}")
+    return mask
 
 
 def study(
@@ -84,6 +98,9 @@ def study(
     n_test: int = DEFAULTS["n_test"],
     normalise: bool = True,
     background_threshold: float = DEFAULT_BACKGROUND_THRESHOLD,
+    background: str = "dark",
+    background_box: float = DEFAULT_BOX,
+    min_accuracy: float | None = None,
     record_every: int = DEFAULTS["record_every"],
     split_seed: int = 0,
     examples: int = DEFAULTS["examples"],
@@ -98,12 +115,22 @@ def study(
     the SAM - GD differences in the result are paired. ``batch=None`` (or 0): full
     batch. ``conv`` chooses how the CNN's convolutions are computed
     (:func:`samflow.images.models.conv_same`; the numbers agree to float32 rounding).
-    ``log`` gets the progress lines (``lambda _: None`` for none). Returns the
+    ``log`` gets the progress lines (``lambda _: None`` for none). ``background``:
+    ``dark`` (brightness below ``background_threshold``) or ``border`` (outside the
+    centred box of side ``background_box``; :class:`samflow.images.attribution.Background`).
+    ``min_accuracy``: a run whose final test accuracy is below it did not learn; its
+    seed's pairs are left out of the paired differences (None: all count). Returns the
     Dataset of :mod:`samflow.images.results` (an ``alpha`` dim for several alphas).
     """
     alphas = check_alphas(alpha)
     check_conv(conv)
-    check_settings(background_threshold=background_threshold, match_loss=match_loss)
+    mask = check_settings(
+        background_threshold=background_threshold,
+        match_loss=match_loss,
+        background=background,
+        background_box=background_box,
+        min_accuracy=min_accuracy,
+    )
     batch = batch or None  # 0 or None: full batch
     runner = Discrete(eta=eta, steps=steps, record_every=record_every)
     # Made (and so checked) before any data is read.
@@ -144,7 +171,7 @@ def study(
                 task,
                 config,
                 list(range(seeds)),
-                threshold=background_threshold,
+                threshold=mask,
                 examples=shown,
                 log=log,
             )
@@ -169,18 +196,23 @@ def study(
         "background_threshold": background_threshold,
         "attribution_class": "the true label of each test image",
     }
+    if background != "dark":  # a dark-background file stays as before the option
+        attrs["background"] = background
+        attrs["background_box"] = background_box
     if model == "cnn":
         attrs["channels"] = channels
         attrs["conv"] = conv
     if len(alphas) == 1:
         attrs["alpha"] = alphas[0]
-    background = np.asarray(background_mask(task.raw_test, background_threshold))
+    dark = np.asarray(background_mask(task.raw_test, background_threshold))
     return build_dataset(
         runs if len(alphas) > 1 else runs[alphas[0]],
         {"image": task.raw_test[shown], "label": task.y_test[shown]},
         attrs,
         match_loss=match_loss,
-        uniform_share=uniform_share(background),
+        uniform_share=uniform_share(np.asarray(mask.mask(task.raw_test))),
+        min_accuracy=min_accuracy,
+        uniform_dark_share=None if background == "dark" else uniform_share(dark),
         history=history
         or f"samflow.images.study({list(methods)!r}, dataset={dataset!r}, alpha={alphas!r}, ...)",
     )
@@ -190,6 +222,8 @@ def summary_lines(ds: xr.Dataset) -> list[str]:
     """The printed summary of a result: per alpha and method, then the paired
     differences (what ``samflow cnn`` prints at the end)."""
     lines = [f"uniform map background share: {float(ds['uniform_background_share']):.3f}"]
+    if "uniform_dark_share" in ds:
+        lines[0] += f"; dark share: {float(ds['uniform_dark_share']):.3f}"
     alphas = ds["alpha"].values if "alpha" in ds.dims else [None]
     for a in alphas:
         one = ds if a is None else ds.sel(alpha=a)
@@ -198,12 +232,14 @@ def summary_lines(ds: xr.Dataset) -> list[str]:
         methods = one["optimizer"].values if "optimizer" in one.dims else [ds.attrs["method"]]
         for m in methods:
             lines.append(_method_line(one.sel(optimizer=m) if "optimizer" in one.dims else one, m))
+        lines.extend(_not_learned(one, methods))
+        shares = [("background_share", "at the end")]
+        shares.append(("background_share_at_loss", f"at loss {ds.attrs['match_loss']:g}"))
+        if "dark_share" in ds:
+            shares.append(("dark_share", "on dark pixels at the end"))
         for contrast in one["contrast"].values if "contrast" in one.dims else []:
             c = one.sel(contrast=contrast)
-            for var, label in (
-                ("background_share", "at the end"),
-                ("background_share_at_loss", f"at loss {ds.attrs['match_loss']:g}"),
-            ):
+            for var, label in shares:
                 lines.append(
                     f"  {contrast} Grad-CAM background share {label}: "
                     f"{float(c[var + '_diff_mean']):+.3f} [{float(c[var + '_diff_ci_low']):+.3f}, "
@@ -213,6 +249,28 @@ def summary_lines(ds: xr.Dataset) -> list[str]:
     return lines
 
 
+def _not_learned(ds: xr.Dataset, methods) -> list[str]:
+    """The runs that did not learn (``learned`` 0), by name, and the pairs left out."""
+    if "learned" not in ds:
+        return []
+    several = "optimizer" in ds.dims
+    out = []
+    for m in methods:
+        one = ds.sel(optimizer=m) if several else ds
+        for seed, ok, acc in zip(
+            one["seed"].values, one["learned"].values, one["test_accuracy"].values, strict=True
+        ):
+            if not ok:
+                out.append(
+                    f"  did not learn: {m} seed {seed} (test accuracy {acc:.3f} < "
+                    f"{ds.attrs['min_accuracy']:g})"
+                )
+    if several and out:
+        pairs = int(np.sum(np.any(ds["learned"].values == 0, axis=0)))
+        out.append(f"  {pairs} seed pair(s) left out of the paired differences")
+    return out
+
+
 def _method_line(ds: xr.Dataset, method: str) -> str:
     def ms(name: str) -> str:
         v = ds[name].values.astype(np.float64)
@@ -220,8 +278,9 @@ def _method_line(ds: xr.Dataset, method: str) -> str:
         sd = np.nanstd(v, ddof=1) if n > 1 else 0.0
         return f"{np.nanmean(v):.3f} ± {sd:.3f}" if n else "n/a"
 
+    dark = f", dark pixels {ms('dark_share')}" if "dark_share" in ds else ""
     return (
-        f"{method:8s} background share: Grad-CAM {ms('background_share')}, saliency "
+        f"{method:8s} background share: Grad-CAM {ms('background_share')}{dark}, saliency "
         f"{ms('saliency_background_share')}; top-10% mass {ms('top_mass')}; occlusion drop "
         f"background {ms('occlusion_background')} / stroke {ms('occlusion_stroke')}; test "
         f"accuracy {ms('test_accuracy')} over {ds.sizes['seed']} seeds "

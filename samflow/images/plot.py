@@ -7,8 +7,9 @@
   regime plot; a file with an ``alpha`` dim).
 
 Each Grad-CAM map is scaled to its own maximum (Grad-CAM is read per image); a thin
-cyan line marks the edge of the background (brightness below the threshold), so the
-reader sees how much of the map lies outside the digit or object.
+cyan line marks the edge of the background (brightness below the threshold, or the
+centred box of a ``border`` background), so the reader sees how much of the map lies
+outside the digit or object.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from samflow.errors import InputError
+from samflow.images.attribution import DEFAULT_BOX, Background
 from samflow.io import save_figure
 
 COLUMNS = (("gd", "GD"), ("sam-l2", "l2-SAM"))
@@ -44,6 +46,12 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
     images = ds["example_image"].values
     n_rows = min(n_rows, images.shape[0])
     threshold = float(ds.attrs.get("background_threshold", 0.1))
+    background = Background(
+        str(ds.attrs.get("background", "dark")),
+        threshold,
+        float(ds.attrs.get("background_box", DEFAULT_BOX)),
+    )
+    masks = np.asarray(background.mask(images[:n_rows]))
     classes = str(ds.attrs.get("class_names", "-1,+1")).split(",")
     fig, axes = plt.subplots(
         n_rows, 3, figsize=(6.6, 2.0 * n_rows + 0.9), squeeze=False, constrained_layout=True
@@ -64,7 +72,7 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
             heat = ax.imshow(
                 cam / peak if peak > 0 else cam, cmap="inferno", vmin=0, vmax=1, alpha=0.75
             )
-            ax.contour(gray < threshold, levels=[0.5], colors="cyan", linewidths=0.6)
+            ax.contour(masks[r], levels=[0.5], colors="cyan", linewidths=0.6)
             if r == 0:
                 ax.set_title(f"{title} Grad-CAM\n{_share_text(ds, method)}", fontsize=8)
         if r == 0:
@@ -77,13 +85,19 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
         f"{ds.attrs.get('dataset', '')} {' vs '.join(classes)}: alpha={alpha:g}, "
         f"rho={ds.attrs.get('rho')}, {ds.attrs.get('steps')} steps\n"
         f"Grad-CAM of seed 0 (background share: mean ± sd over {n_seeds} seeds)\n"
-        f"cyan line: edge of the background (brightness < {threshold:g})",
+        f"cyan line: edge of the background ({_background_text(background)})",
         fontsize=8,
     )
     fig.colorbar(heat, ax=axes[:, 1:], shrink=0.6, label="Grad-CAM / its maximum")
     written = [save_figure(fig, path) for path in paths]
     plt.close(fig)
     return written
+
+
+def _background_text(background: Background) -> str:
+    if background.kind == "dark":
+        return f"brightness < {background.threshold:g}"
+    return f"outside the centred box of {background.box:g} x the side"
 
 
 def alpha_figure(ds: xr.Dataset, paths: list[str | os.PathLike]) -> list[Path]:

@@ -14,12 +14,18 @@ do something else):
   of training;
 - ``background_share_at_loss``, ``step_at_loss``: ``(seed)``, at matched training loss:
   the first record whose training loss is at most ``match_loss`` (NaN where never);
+- ``dark_share`` (and ``dark_share_history``): with a ``border`` background only, the
+  Grad-CAM share on dark pixels beside the border share;
+- ``learned``: ``(seed)`` 0/1, with ``min_accuracy`` given only: whether the run's final
+  test accuracy reached it. A pair in which either run did not learn is left out of
+  the paired differences (a model at chance has maps that explain nothing);
 - ``uniform_background_share``: the share a uniform map scores (background area);
 - the paired SAM - GD differences over seeds (same seed: same initialisation and
   minibatch order), ``(contrast)`` with ``contrast`` like ``"sam-l2 - gd"``, for each
-  of ``background_share``, ``background_share_at_loss``, ``saliency_background_share``
-  and ``top_mass``: ``<name>_diff_mean``, ``_diff_ci_low``, ``_diff_ci_high`` (a 95%
-  t interval), ``_diff_p_value`` (two-sided paired t test) and ``_diff_n`` (pairs);
+  of ``background_share``, ``background_share_at_loss``, ``saliency_background_share``,
+  ``top_mass`` (and ``dark_share`` where it is there): ``<name>_diff_mean``,
+  ``_diff_ci_low``, ``_diff_ci_high`` (a 95% t interval), ``_diff_p_value``
+  (two-sided paired t test) and ``_diff_n`` (pairs);
 - ``example_image``: ``(example, row, col, channel)`` test pixels in [0, 1];
   ``example_label``: ``(example)``; ``example_gradcam``, ``example_saliency``:
   ``(example, row, col)`` maps of the first seed at the end of training (the figure is
@@ -85,11 +91,13 @@ def paired_difference(sam: np.ndarray, gd: np.ndarray) -> dict[str, float]:
     return {**out, "ci_low": out["mean"] - half, "ci_high": out["mean"] + half, "p_value": p}
 
 
-def _one_method(run: RunResult, match_loss: float) -> xr.Dataset:
+def _one_method(run: RunResult, match_loss: float, min_accuracy: float | None) -> xr.Dataset:
     data = {"seed": run.seeds, "record": np.arange(run.record_steps.size)}
     data["step"] = run.record_steps
     for field in Metrics._fields:
         values = getattr(run.history, field)
+        if values is None:  # not measured in this run (dark_share with a dark background)
+            continue
         if field in AT_END:
             data[field] = values
         else:
@@ -101,21 +109,31 @@ def _one_method(run: RunResult, match_loss: float) -> xr.Dataset:
     data["example_gradcam"] = run.example_cam
     data["example_saliency"] = run.example_saliency
     data["seconds"] = run.seconds
+    if min_accuracy is not None:
+        data["learned"] = (data["test_accuracy"] >= min_accuracy).astype(np.int8)
     # one alpha, one method: build_dataset stacks them (and labels the whole)
-    return IMAGES.dataset(data, attrs={"match_loss": match_loss})
+    return IMAGES.dataset(data, attrs={"match_loss": match_loss, "min_accuracy": min_accuracy})
 
 
 def _contrasts(ds: xr.Dataset, methods: Sequence[str]) -> xr.Dataset:
-    """The paired ``method - gd`` difference variables (module docstring)."""
+    """The paired ``method - gd`` difference variables (module docstring); a pair in
+    which either run did not learn (``learned`` 0) is left out."""
     others = [m for m in methods if m != "gd"]
     if "gd" not in methods or not others:
         return ds
     names = [f"{m} - gd" for m in others]
+
+    def kept(var: str, method: str) -> np.ndarray:
+        values = ds[var].sel(optimizer=method).values.astype(np.float64)
+        if "learned" not in ds:
+            return values
+        both = ds["learned"].sel(optimizer=method).values * ds["learned"].sel(optimizer="gd")
+        return np.where(np.asarray(both) > 0, values, np.nan)
+
     for var in CONTRASTS:
-        rows = [
-            paired_difference(ds[var].sel(optimizer=m).values, ds[var].sel(optimizer="gd").values)
-            for m in others
-        ]
+        if var not in ds:
+            continue
+        rows = [paired_difference(kept(var, m), kept(var, "gd")) for m in others]
         for key in rows[0]:
             ds[f"{var}_diff_{key}"] = ("contrast", np.array([r[key] for r in rows]))
     return ds.assign_coords(contrast=names)
@@ -129,18 +147,23 @@ def build_dataset(
     match_loss: float = DEFAULT_MATCH_LOSS,
     uniform_share: float = np.nan,
     history: str | None = None,
+    min_accuracy: float | None = None,
+    uniform_dark_share: float | None = None,
 ) -> xr.Dataset:
     """The result Dataset of one or more methods (same seeds, data and schedule).
 
     ``runs``: the methods' results, or a mapping alpha -> those results (a leading
     ``alpha`` dim). ``examples``: ``image`` ``[n_ex, H, W, C]`` in [0, 1] and
     ``label`` ``[n_ex]``; ``attrs``: the settings; ``history``: the command line or
-    call that made it. Labelled by :data:`samflow.schema.IMAGES`.
+    call that made it. ``min_accuracy``: a run whose final test accuracy is below it
+    did not learn (``learned``; its pairs are left out of the differences); None:
+    every run counts (no ``learned`` variable). ``uniform_dark_share``: the dark area
+    fraction beside a ``border`` background. Labelled by :data:`samflow.schema.IMAGES`.
     """
     by_alpha = runs if isinstance(runs, Mapping) else {None: runs}
     parts = []
     for alpha, group in by_alpha.items():
-        ds = _one_alpha(group, match_loss)
+        ds = _one_alpha(group, match_loss, min_accuracy)
         parts.append(ds if alpha is None else ds.expand_dims(alpha=[float(alpha)]))
     ds = parts[0] if len(parts) == 1 else xr.concat(parts, dim="alpha", data_vars="all")
     methods = [run.method for run in next(iter(by_alpha.values()))]
@@ -149,14 +172,20 @@ def build_dataset(
         "example_image": examples["image"],
         "example_label": examples["label"],
     }
+    if uniform_dark_share is not None:
+        shared["uniform_dark_share"] = float(uniform_dark_share)
     ds = ds.merge(IMAGES.dataset(shared))
     settings = {k: _attr(v) for k, v in attrs.items()}
     settings.update(method=",".join(methods), match_loss=float(match_loss))
+    if min_accuracy is not None:
+        settings["min_accuracy"] = float(min_accuracy)
     return IMAGES.conform(ds, attrs=settings, history=history)
 
 
-def _one_alpha(runs: Sequence[RunResult], match_loss: float) -> xr.Dataset:
-    parts = [_one_method(run, match_loss) for run in runs]
+def _one_alpha(
+    runs: Sequence[RunResult], match_loss: float, min_accuracy: float | None
+) -> xr.Dataset:
+    parts = [_one_method(run, match_loss, min_accuracy) for run in runs]
     if len(parts) == 1:
         return parts[0]
     ds = xr.concat(parts, dim="optimizer", data_vars="all", coords="minimal")

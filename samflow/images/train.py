@@ -41,6 +41,7 @@ from jax import Array
 from samflow import rules, steps
 from samflow.errors import InputError
 from samflow.images.attribution import (
+    Background,
     attribution_maps,
     background_mask,
     mean_background_share,
@@ -208,6 +209,10 @@ class Metrics(NamedTuple):
         occlusion_background: mean drop of the true-class evidence ``y * logit`` when
             the background pixels of a test image are set to the training mean.
         occlusion_stroke: the same when the stroke (non-background) pixels are.
+        dark_share: with a ``border`` background, the mean Grad-CAM share on dark pixels
+            (brightness below the threshold), reported beside the border share; None
+            (no variable in the file) with the ``dark`` background, where it is
+            ``background_share`` itself.
     """
 
     loss: Array
@@ -219,6 +224,7 @@ class Metrics(NamedTuple):
     zero_maps: Array
     occlusion_background: Array
     occlusion_stroke: Array
+    dark_share: Array | None = None
 
 
 class TaskArrays(NamedTuple):
@@ -229,6 +235,7 @@ class TaskArrays(NamedTuple):
         x_test: ``[n_test, C, H, W]``; y_test: ``[n_test]``;
         background: ``[n_test, H, W]`` bool, background pixels of the test images.
         fill: ``[C]`` per-channel mean of the training inputs (what occlusion puts in).
+        dark: ``[n_test, H, W]`` bool dark pixels beside a ``border`` background, else None.
     """
 
     x_train: Array
@@ -237,17 +244,25 @@ class TaskArrays(NamedTuple):
     y_test: Array
     background: Array
     fill: Array
+    dark: Array | None = None
 
 
-def task_arrays(task: BinaryTask, threshold: float) -> TaskArrays:
-    """Move a task to the device, with its test background mask at ``threshold``."""
+def task_arrays(task: BinaryTask, background: float | Background) -> TaskArrays:
+    """Move a task to the device, with its test background mask: ``background`` a
+    :class:`~samflow.images.attribution.Background`, or a brightness threshold (the
+    ``dark`` mask at it)."""
+    if not isinstance(background, Background):
+        background = Background("dark", background)
+    raw = jnp.asarray(task.raw_test)
+    dark = None if background.kind == "dark" else background_mask(raw, background.threshold)
     return TaskArrays(
         jnp.asarray(task.x_train),
         jnp.asarray(task.y_train),
         jnp.asarray(task.x_test),
         jnp.asarray(task.y_test),
-        background_mask(jnp.asarray(task.raw_test), threshold),
+        background.mask(raw),
         jnp.asarray(task.x_train.mean(axis=(0, 2, 3))),
+        dark,
     )
 
 
@@ -290,6 +305,7 @@ def evaluate(classifier: Classifier, params: PyTree, data: TaskArrays) -> Metric
         zero_maps=jnp.sum(jnp.all(cams == 0, axis=(1, 2))).astype(jnp.float32),
         occlusion_background=occluded(data.background),
         occlusion_stroke=occluded(~data.background),
+        dark_share=None if data.dark is None else mean_background_share(cams, data.dark),
     )
 
 
@@ -419,11 +435,13 @@ def train_seeds(
     config: TrainConfig,
     seeds: Sequence[int],
     *,
-    threshold: float,
+    threshold: float | Background,
     examples: np.ndarray,
     log: Callable[[str], None] = print,
 ) -> RunResult:
-    """Train ``classifier`` on ``task`` once per seed; metrics and example maps."""
+    """Train ``classifier`` on ``task`` once per seed; metrics and example maps.
+
+    ``threshold``: the background (:func:`task_arrays`)."""
     config.check_batch(task.x_train.shape[0])
     data = task_arrays(task, threshold)
     run = make_run(classifier, config)
@@ -447,7 +465,9 @@ def train_seeds(
             f"{history.saliency_background_share[-1]:.3f} "
             f"({time.perf_counter() - start:.0f} s)"
         )
-    stacked = Metrics(*(np.stack(field) for field in zip(*histories, strict=True)))
+    stacked = Metrics(
+        *(None if field[0] is None else np.stack(field) for field in zip(*histories, strict=True))
+    )
     return RunResult(
         method=config.rule.name,
         seeds=np.asarray(seeds, dtype=np.int64),
