@@ -31,7 +31,8 @@ COLUMNS = (("gd", "GD"), ("sam-l2", "l2-SAM"))
 def _share_text(ds: xr.Dataset, method: str) -> str:
     share = ds["background_share"].sel(optimizer=method).values
     sd = np.std(share, ddof=min(1, share.size - 1))
-    return f"background share\n{np.mean(share):.2f} ± {sd:.2f}"
+    what = "border" if ds.attrs.get("background") == "border" else "background"
+    return f"{what} share\n{np.mean(share):.2f} ± {sd:.2f}"
 
 
 def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int = 6) -> list[Path]:
