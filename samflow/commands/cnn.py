@@ -161,7 +161,7 @@ def register(subparsers) -> None:
         default="dark",
         help="which pixels are background: dark (brightness below --background-threshold; "
         "MNIST) or border (outside a centred box, --background-box; CIFAR-10, whose "
-        "objects are centred)",
+        "objects cover the centre)",
     )
     cnn.add_argument(
         "--background-box",

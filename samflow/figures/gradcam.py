@@ -33,7 +33,7 @@ SETTINGS: dict[str, dict[str, object]] = {
     "cifar10": {"background": "border", "min_accuracy": 0.6},
 }
 """Per data set, what differs from :func:`samflow.images.study`'s defaults: CIFAR-10's
-objects are centred and only about 5% of its pixels are dark, so the background is the
+objects cover the image centre and only about 5% of its pixels are dark, so the background is the
 border (the CIFAR-10 study of docs/images.md); a run below 60% test accuracy did not
 learn and is left out of the paired differences."""
 QUICK = {"steps": 40, "record_every": 20, "seeds": 2, "n_train": 300, "n_test": 200}

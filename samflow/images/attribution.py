@@ -14,9 +14,10 @@ Which pixels are background (:class:`Background`, ``samflow cnn --background``):
   exactly black; on CIFAR-10 only about 5% of the pixels are that dark.
 - ``border``: the pixels outside a centred box whose side is a fraction ``box`` of the
   image's (default 0.5: the central 16x16 of a 32x32 image, a quarter of its area).
-  CIFAR-10 objects are centred by construction of the data set (the images were
-  cropped around the object), so the border is mostly context (sky, road, grass,
-  room) and the box mostly object. The same mask for every image.
+  Each CIFAR-10 image shows one prominent object, which in these photographs almost
+  always covers the centre, so the border is mostly context (sky, road, grass,
+  buildings) and the box mostly object: an approximation, the same mask for every
+  image.
 
 The background share of one image is the map's mass on background pixels over its
 total mass, both maps being nonnegative; an image whose map is zero everywhere has no
@@ -42,8 +43,8 @@ BACKGROUNDS = ("dark", "border")
 """The kinds of background mask (module docstring)."""
 DEFAULT_BOX = 0.5
 """Side of the centred object box of the ``border`` mask, as a fraction of the image
-side: the central half (a quarter of the area), which holds the object of almost every
-CIFAR-10 image, so the border (three quarters of the area) is mostly context."""
+side: the central half (a quarter of the area), which the object of almost every
+CIFAR-10 image covers, so the border (three quarters of the area) is mostly context."""
 
 
 @dataclass(frozen=True)
