@@ -373,3 +373,24 @@ def test_pairs_with_a_run_that_did_not_learn_are_left_out():
     assert "dark_share" not in ds and "dark_share_diff_mean" not in ds
     # the variables conform (the settings a study records are not given here)
     assert [p for p in IMAGES.check(ds) if not p.startswith("attribute ")] == []
+
+
+def test_gradcam_figure_measures_cifar_on_the_border(tmp_path, monkeypatch):
+    """The gradcam figure trains CIFAR-10 with the border background and the
+    did-not-learn threshold, MNIST with the defaults (its dark mask)."""
+    from samflow.figures import gradcam
+
+    calls = {}
+
+    def fake_study(methods, *, dataset, **kwargs):
+        calls[dataset] = kwargs
+        raise RuntimeError("stop")  # the settings are what is checked
+
+    monkeypatch.setattr(gradcam, "load_dataset", lambda name, d: None)
+    monkeypatch.setattr(gradcam, "study", fake_study)
+    for name in ("mnist", "cifar10"):
+        monkeypatch.setattr(gradcam, "DATASETS", (name,))
+        with pytest.raises(RuntimeError, match="stop"):
+            gradcam.build(tmp_path, quick=True)
+    assert calls["cifar10"]["background"] == "border" and calls["cifar10"]["min_accuracy"] == 0.6
+    assert "background" not in calls["mnist"] and "min_accuracy" not in calls["mnist"]
