@@ -37,8 +37,13 @@ def initial_theta(
     alpha: float | None = None,
     alpha_per_coord: Sequence[float] | None = None,
     theta0: np.ndarray | None = None,
+    parametrization: str = "product",
 ) -> np.ndarray:
-    """``theta0`` ``[L, d]`` from exactly one of ``alpha``, ``alpha_per_coord``, ``theta0``."""
+    """``theta0`` ``[L, d]`` from exactly one of ``alpha``, ``alpha_per_coord``, ``theta0``.
+
+    ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha for ``product`` and
+    ``u2-v2`` (``u = v = alpha``, so ``beta(0) = 0``), and ``u = alpha``, ``v = 0`` for
+    ``uv`` (docs/theory.md §10)."""
     given = [
         n
         for n, v in (("alpha", alpha), ("alpha_per_coord", alpha_per_coord), ("theta0", theta0))
@@ -53,16 +58,24 @@ def initial_theta(
         a = check_alpha(alpha)
         if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
-        return balanced(a, d, depth)
+        return _uv(balanced(a, d, depth), parametrization)
     if alpha_per_coord is not None:
         a = check_alpha(alpha_per_coord, "alpha-per-coord")
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
-        return balanced(a, d, depth)
+        return _uv(balanced(a, d, depth), parametrization)
     theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")
     return from_array(theta0, d)
+
+
+def _uv(theta0: np.ndarray, parametrization: str) -> np.ndarray:
+    """The uv start ``u = alpha``, ``v = 0`` from a balanced ``theta0``; others as given."""
+    if parametrization == "uv":
+        theta0 = theta0.copy()
+        theta0[1] = 0.0
+    return theta0
 
 
 def trajectory(
@@ -80,6 +93,12 @@ def trajectory(
     save_theta: bool = False,
     collapse_factor: float = inputs.COLLAPSE_FACTOR,
     history: str | None = None,
+    loss: str = "logistic",
+    parametrization: str = "product",
+    beta_star: np.ndarray | None = None,
+    summaries: bool | None = None,
+    sharpness: bool = False,
+    active_threshold: float = inputs.ACTIVE_THRESHOLD,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
@@ -90,10 +109,23 @@ def trajectory(
     scalars ``regime`` (CF flags) and ``limit_coord``; ``tau`` (and ``step``) are
     coordinates along ``time``; attributes: the settings, the regime's meaning,
     ``first_amplified``, and for flows where and why the solve ended.
+
+    The model (docs/theory.md §10): ``parametrization`` (``product``, ``u2-v2``, ``uv``;
+    the last two have ``depth=2``) and ``loss`` (``logistic``, ``exponential``,
+    ``squared`` with real ``y``). Where it does not classify (not the product network
+    with a margin loss) there is no ``regime`` and no ``limit_coord``. ``summaries``
+    (default: on unless the model is the paper's and neither ``sharpness`` nor
+    ``beta_star`` is given) adds ``l1_norm``, ``l2_norm``, ``n_active(time)``
+    (``|beta_j| > active_threshold``), ``test_error(time)`` = ``||beta - beta_star||_2^2``
+    with ``beta_star``, and with ``sharpness`` the Hessian's top eigenvalue
+    ``sharpness(time)`` and ``hessian_trace(time)``.
     """
-    X, y = inputs.check_problem(mu, data)
+    inputs.check_model(parametrization, loss, inputs.check_depth(depth))
+    X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
-    theta0 = initial_theta(X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0)
+    theta0 = initial_theta(
+        X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0, parametrization
+    )
     # Where it started, for the attributes and the history line.
     start = {
         "alpha": None if alpha is None else float(alpha),
@@ -115,6 +147,12 @@ def trajectory(
         dtype=dtype,
         collapse_factor=collapse_factor,
         save_trajectories=True,  # a trajectory keeps beta; and theta, checked next
+        loss=loss,
+        parametrization=parametrization,
+        beta_star=beta_star,
+        summaries=summaries,
+        sharpness=sharpness,
+        active_threshold=active_threshold,
     )
     spec.check_size(keep_theta=True)
     return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
@@ -134,17 +172,19 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
     from samflow.engine import Points, Setup, run_points
     from samflow.flows import FlowConfig, formulation_for
     from samflow.init import is_balanced
-    from samflow.model import Problem, major_coordinate
     from samflow.regimes import MAX_LEADERS, NAMES
     from samflow.schema import TRAJECTORY
+    from samflow.summaries import NAMES as SUMMARY_NAMES
 
     rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
     collapse_factor = spec.collapse_factor
     n, d = X.shape
     flow = None
+    model = spec.model
     if runner.mode == "flow":
         positive = n == 1 and bool(np.all(X > 0))
-        form = formulation_for(rule, runner.formulation, positive, is_balanced(theta0, depth))
+        balanced = is_balanced(theta0, depth)
+        form = formulation_for(rule, runner.formulation, positive, balanced, model)
         flow = FlowConfig.of(runner, form, dtype)
     setup = Setup(
         rule=rule,
@@ -155,7 +195,9 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         keep=("beta", "theta"),
         padding=False,
         sharded=False,
-        major=major_coordinate(Problem(X, y)) if n > 1 else 0,
+        major=spec.major(),
+        model=model,
+        summaries=spec.summary_set,
     )
     eta = runner.eta if runner.mode == "discrete" else 0.0
     points = Points(
@@ -165,6 +207,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         np.array([depth]),
         np.array([rho]),
         np.array([eta]),
+        beta_star=np.asarray(spec.beta_star) if spec.beta_star else None,
     )
     times = runner.times()
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
@@ -182,6 +225,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
             theta0=_summary(theta0) if given else None,
             rho=rho,
             runner=runner,
+            **_model_call(spec),
         )
     discrete = runner.mode == "discrete"
     data = {
@@ -195,13 +239,16 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "dominant": r["dominant"],
         "theta0": theta0,
         "theta_final": r["theta_final"][:depth],
-        "regime": r["regime"],
-        "limit_coord": r["limit_coord"],
         "handoff": np.arange(MAX_LEADERS),
         "leader_path": r["leader_path"],
         "handoff_tau": r["handoff_tau"],
         "n_leaders": r["n_leaders"],
     }
+    if model.classifies:
+        data["regime"], data["limit_coord"] = r["regime"], r["limit_coord"]
+    for name in SUMMARY_NAMES:
+        if name in r:
+            data[name] = r[name]
     if discrete:
         data["step"] = times
         data["handoff_step"] = r["handoff_step"]
@@ -230,13 +277,39 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "n_points": n,
         "mu": np.asarray(X[0], dtype=np.float64) if n == 1 else None,
         **start,
-        "regime_meaning": NAMES[int(r["regime"])],
+        **model_attrs(spec),
+        "regime_meaning": NAMES[int(r["regime"])] if model.classifies else None,
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,
         **runner.attrs(),
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
+
+
+def model_attrs(spec: SweepSpec) -> dict:
+    """File attributes of the model options, each only where it is not the default (a
+    file of the paper's model stays as it was)."""
+    out = {
+        "parametrization": spec.parametrization,
+        "loss": spec.loss,
+        "active_threshold": spec.active_threshold if spec.summaries else None,
+        "beta_star": np.asarray(spec.beta_star) if spec.beta_star else None,
+    }
+    return {
+        k: v
+        for k, v in out.items()
+        if not (k in ("parametrization", "loss") and v == SweepSpec.__dataclass_fields__[k].default)
+    }
+
+
+def _model_call(spec: SweepSpec) -> dict:
+    """The model keywords of a Python call, for its history line (None where default)."""
+    return {
+        "loss": None if spec.loss == "logistic" else spec.loss,
+        "parametrization": None if spec.parametrization == "product" else spec.parametrization,
+        "sharpness": True if spec.sharpness else None,
+    }
 
 
 def sweep(
@@ -261,6 +334,12 @@ def sweep(
     save_trajectories: bool = False,
     pad_layers: int = 0,
     history: str | None = None,
+    loss: str = "logistic",
+    parametrization: str = "product",
+    beta_star: np.ndarray | None = None,
+    summaries: bool | None = None,
+    sharpness: bool = False,
+    active_threshold: float = inputs.ACTIVE_THRESHOLD,
 ) -> xr.Dataset:
     """Run ``method`` over the cartesian grid of ``axes`` in one compiled program.
 
@@ -273,6 +352,9 @@ def sweep(
     ``overwrite``). Returns
     the Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the summaries of
     :mod:`samflow.regimes` per grid point (``beta`` too with ``save_trajectories``).
+    The model keywords (``loss``, ``parametrization``, ``beta_star``, ``summaries``,
+    ``sharpness``, ``active_threshold``) are :func:`trajectory`'s; their summaries are
+    per grid point and record.
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")
@@ -292,6 +374,12 @@ def sweep(
         save_trajectories=save_trajectories,
         mu_set=mu_set,
         pad_layers=pad_layers,
+        loss=loss,
+        parametrization=parametrization,
+        beta_star=beta_star,
+        summaries=summaries,
+        sharpness=sharpness,
+        active_threshold=active_threshold,
     )
     inputs.integer("chunk", chunk)
     for name, flag in (("progress", progress), ("overwrite", overwrite)):
@@ -310,6 +398,7 @@ def sweep(
             rho=rho,
             alpha=alpha,
             runner=runner,
+            **_model_call(spec),
         )
     from samflow.sweeps.store import run
 

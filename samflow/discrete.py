@@ -24,15 +24,7 @@ import numpy as np
 from jax import Array
 
 from samflow.loop import record_loop, take_steps
-from samflow.model import (
-    Problem,
-    ascent_direction,
-    beta,
-    grad_and_aux,
-    layer_mask,
-    loss,
-    margins,
-)
+from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.rules import PerturbationRule
 from samflow.steps import step
 
@@ -82,6 +74,7 @@ class Trajectory(NamedTuple):
             classifier's :func:`samflow.regimes.finish` reads it with ``tracked``).
         tracked: with an observer, its scalars of every record ``[T, *batch]``.
         watched: with a step observer, its state after the last step.
+        summaries: with ``summaries``, its dict of every record ``[T, *batch]``.
     """
 
     step: Array
@@ -94,6 +87,7 @@ class Trajectory(NamedTuple):
     tracker: Any = None
     tracked: dict[str, Array] | None = None
     watched: Any = None
+    summaries: dict[str, Array] | None = None
 
 
 def simulate(
@@ -111,6 +105,8 @@ def simulate(
     step_observer: StepObserver | None = None,
     record_beta: bool = True,
     key: Array | None = None,
+    model: Model = DEFAULT,
+    summaries: Callable | None = None,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
@@ -124,22 +120,26 @@ def simulate(
     record inside the loop, as sweeps do with :data:`samflow.regimes.OBSERVER`) and
     ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     ``key``: the PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
-    default ``jax.random.key(0)``); other rules ignore it.
+    default ``jax.random.key(0)``); other rules ignore it. ``model``: the
+    parametrisation and loss (static; default the paper's). ``summaries``: static
+    ``(theta, mask) -> dict`` of ``[*batch]`` values taken at every record
+    (:func:`samflow.summaries.record_summaries`).
     """
+    beta = model.beta
     batch_ndim = theta0.ndim - 2
     # No padding rows (depth is the static row count): nothing to mask.
     unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
     mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
 
     def grad_fn(theta):
-        return grad_and_aux(theta, problem, mask)
+        return model.grad_and_aux(theta, problem, mask)
 
     # One data point: the ascent direction needs no loss derivative (docs/theory.md §3).
     ascent_fn = None
-    if problem.X.shape[0] == 1:
+    if problem.X.shape[0] == 1 and model.margin_loss:
 
         def ascent_fn(theta):
-            return ascent_direction(theta, problem, mask)
+            return model.ascent_direction(theta, problem, mask)
 
     def one_step(t, carry):
         theta, tau = carry
@@ -171,7 +171,9 @@ def simulate(
         return (theta, tau, watched), tracker
 
     def kept(theta, tau):
-        out = {"tau": tau, "loss": loss(theta, problem)}
+        out = {"tau": tau, "loss": model.value(theta, problem)}
+        if summaries is not None:
+            out["summaries"] = summaries(theta, mask)
         if record_beta:
             out["beta"] = beta(theta)
         if save_theta:
@@ -208,7 +210,7 @@ def simulate(
         else:
             ascent = grad_fn(theta)[0]
         perturbed = rule.perturbed(theta, ascent, rho, batch_ndim)
-        return finite & jnp.all(jnp.isfinite(margins(perturbed, problem)), axis=0)
+        return finite & jnp.all(jnp.isfinite(model.predictions(perturbed, problem)), axis=0)
 
     if rule.random and key is None:
         key = jax.random.key(0)
@@ -233,4 +235,5 @@ def simulate(
         tracker=tracker,
         tracked=recs.get("tracked"),
         watched=watched,
+        summaries=recs.get("summaries"),
     )

@@ -38,11 +38,12 @@ from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.layout import argmax_rows
-from samflow.model import Problem, beta
+from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.precision import precision
 from samflow.regimes import FAILED, OBSERVER, finish, path_observer, summarize, track
 from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
+from samflow.summaries import Summaries, record_summaries
 
 KEEP = ("beta", "theta")
 """What a program may keep besides the summaries: ``beta`` ``[C, T, d]`` at every
@@ -94,6 +95,7 @@ class Points(NamedTuple):
         depth: ``[C]`` int real layers, or ``[1]`` shared.
         rho: ``[C]`` radii.
         eta: ``[C]`` step sizes (unused by flows).
+        beta_star: ``[d]`` the ground truth of ``test_error``, shared; None: none.
     """
 
     theta0: Array
@@ -102,6 +104,7 @@ class Points(NamedTuple):
     depth: Array
     rho: Array
     eta: Array
+    beta_star: Array | None = None
 
     @property
     def size(self) -> int:
@@ -109,7 +112,9 @@ class Points(NamedTuple):
 
     def shared(self, name: str) -> bool:
         """Whether input ``name`` is one entry shared by every point."""
-        return name == "y" or (name in ("X", "depth") and np.shape(getattr(self, name))[0] == 1)
+        if name in ("y", "beta_star"):
+            return True
+        return name in ("X", "depth") and np.shape(getattr(self, name))[0] == 1
 
     def take(self, index: np.ndarray) -> Points:
         """The points at ``index`` (shared inputs stay shared)."""
@@ -138,6 +143,11 @@ class Setup:
         major: the major coordinate (1-based) of ``n``-point data shared by every point
             (:func:`samflow.model.major_coordinate`); 0 for one point, where each
             point's major is its own ``argmax_j mu_j``.
+        model: the parametrisation and loss (:class:`samflow.model.Model`). Where it
+            does not classify (:attr:`samflow.model.Model.classifies`) the program
+            gives no ``regime`` and no ``limit_coord``.
+        summaries: the regression summaries to take at every record
+            (:class:`samflow.summaries.Summaries`), or None.
     """
 
     rule: PerturbationRule
@@ -150,6 +160,8 @@ class Setup:
     padding: bool = True
     sharded: bool = True
     major: int = 0
+    model: Model = DEFAULT
+    summaries: Summaries | None = None
 
 
 def tile_points(
@@ -204,23 +216,33 @@ def _major(setup: Setup, mu: Array) -> Array:
     return argmax_rows(mu) + 1
 
 
-def _underflow(theta0: Array) -> Array:
+def _underflow(setup: Setup, theta0: Array) -> Array:
     """Whether ``beta(0)`` underflowed: a coordinate whose layers are all nonzero has
-    ``beta_j = 0`` in the dtype (depth 8, alpha 1e-8 in float32). ``[L_max, d, *batch]``
-    -> ``[*batch]``; such a run is reported failed, never classified."""
-    lost = (beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
-    return jnp.any(lost, axis=0)
+    ``beta_j = 0`` in the dtype (depth 8, alpha 1e-8 in float32; for u2-v2 and uv, see
+    :meth:`samflow.model.Model.underflow`). ``[L_max, d, *batch]`` -> ``[*batch]``; such
+    a run is reported failed, never classified."""
+    return setup.model.underflow(theta0)
+
+
+def _not_classified(setup: Setup, out: dict) -> None:
+    """Remove the regime labels where the model does not classify (docs/theory.md §10)."""
+    if not setup.model.classifies:
+        del out["regime"], out["limit_coord"]
 
 
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def tile(theta0, X, depth, rho, eta, y, times, n_records):
+    def tile(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
         # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T].
         major = _major(setup, X[0])
+        problem = Problem(X, y[:, None])
+        take = None
+        if setup.summaries is not None:
+            take = record_summaries(setup.summaries, setup.model, problem, beta_star[:, None])
         traj = simulate(
             theta0,
-            Problem(X, y[:, None]),
+            problem,
             # Without padding rows the runner needs no layer mask: a static depth.
             depth if setup.padding else theta0.shape[0],
             rho,
@@ -232,6 +254,8 @@ def _discrete_tile(setup: Setup) -> Callable:
             record_beta=keep_beta,
             save_theta=keep_theta,
             step_observer=path_observer(major),
+            model=setup.model,
+            summaries=take,
         )
         out = finish(
             traj.tracker[0],
@@ -245,10 +269,13 @@ def _discrete_tile(setup: Setup) -> Callable:
             major=major,
         )
         del out["horizon"]
-        underflow = _underflow(theta0)
+        underflow = _underflow(setup, theta0)
         out["regime"] = jnp.where(underflow, FAILED, out["regime"]).astype(jnp.int8)
         out["underflow_at_start"] = underflow.astype(jnp.int8)
+        _not_classified(setup, out)
         out.update(traj.tracked)
+        if traj.summaries is not None:
+            out.update(traj.summaries)
         out["failed_step"] = traj.failed_step
         # The run goes on after a failure, in NaN: records from the failed one on are not states.
         ok = (traj.failed_step < 0) | (times[:, None] < traj.failed_step)
@@ -266,17 +293,19 @@ def _discrete_tile(setup: Setup) -> Callable:
 def _flow_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def one(theta0, X, depth, rho, y, times, n_records):
+    def one(theta0, X, depth, rho, y, beta_star, times, n_records):
         major = _major(setup, X[0])
+        problem = Problem(X, y)
         sol = integrate(
             theta0,
-            Problem(X, y),
+            problem,
             depth,
             rho,
             times,
             rule=setup.rule,
             config=setup.flow,
             major=major,
+            model=setup.model,
         )
         at_blowup = sol.blowup & (depth >= 3)
         # The path runs to the stop: at an upper event (a blow-up, or the overflow guard
@@ -294,9 +323,14 @@ def _flow_tile(setup: Setup) -> Callable:
         )
         horizon = out.pop("horizon")
         del out["handoff_step"]  # flows have no steps
-        underflow = _underflow(theta0)
+        underflow = _underflow(setup, theta0)
         out["regime"] = jnp.where(underflow, FAILED, out["regime"]).astype(jnp.int8)
         out["underflow_at_start"] = underflow.astype(jnp.int8)
+        _not_classified(setup, out)
+        if setup.summaries is not None:
+            mask = layer_mask(depth, theta0.shape[0], theta0.dtype)
+            take = record_summaries(setup.summaries, setup.model, problem, beta_star)
+            out.update(jax.vmap(lambda th: take(th, mask))(sol.theta))
         out["blowup_tau"] = jnp.where(at_blowup, sol.stop_tau, jnp.nan)
         out["stop_tau"] = sol.stop_tau
         out["collapsed_to_zero"] = sol.collapsed.astype(jnp.int8)
@@ -309,9 +343,9 @@ def _flow_tile(setup: Setup) -> Callable:
             out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
         return out
 
-    def tile(theta0, X, depth, rho, eta, y, times, n_records):
-        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None))(
-            theta0, X, depth, rho, y, times, n_records
+    def tile(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
+        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None, None))(
+            theta0, X, depth, rho, y, beta_star, times, n_records
         )
 
     return tile
@@ -342,21 +376,26 @@ def traced_program(setup: Setup) -> Callable:
     first = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
     accelerator = first.platform != "cpu"
 
-    def run_tiles(theta0, X, depth, rho, eta, y, times, n_records):
-        return lax.map(lambda a: tile_fn(*a, y, times, n_records), (theta0, X, depth, rho, eta))
+    def run_tiles(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
+        return lax.map(
+            lambda a: tile_fn(*a, y, beta_star, times, n_records), (theta0, X, depth, rho, eta)
+        )
 
     if mesh is not None:
         run_tiles = jax.shard_map(
             run_tiles,
             mesh=mesh,
-            in_specs=(*(PartitionSpec("grid"),) * 5, *(PartitionSpec(),) * 3),
+            in_specs=(*(PartitionSpec("grid"),) * 5, *(PartitionSpec(),) * 4),
             out_specs=PartitionSpec("grid"),
             check_vma=False,  # diffrax's solver state mixes per-device and shared values
         )
 
     def run(points: Points, times, n_records=None):
-        theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:]
+        theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:6]
         C, n_layers, d = theta0.shape
+        beta_star = points.beta_star
+        if beta_star is None:
+            beta_star = jnp.zeros((d,), theta0.dtype)
         T = tile_points(setup.mode, C, n_layers, d, theta0.dtype, n_dev, accelerator)
         n_records = jnp.asarray(times.shape[0] if n_records is None else n_records, jnp.int32)
         n_tiles = -(-C // (n_dev * T)) * n_dev
@@ -370,7 +409,7 @@ def traced_program(setup: Setup) -> Callable:
             return jnp.moveaxis(a, 1, -1) if batch_last else a
 
         tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
-        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, times, n_records)
+        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, beta_star, times, n_records)
         return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
 
     return run
@@ -388,6 +427,8 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
     index_dtype = jnp.int64 if dt == np.float64 else jnp.int32
 
     def put(name, value):
+        if value is None:
+            return None
         arr = jnp.asarray(value, jnp.int32 if name == "depth" else dt)
         if not setup.sharded:
             return arr

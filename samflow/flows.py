@@ -63,7 +63,16 @@ from jax import Array
 from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
-from samflow.model import Problem, beta, exclusive_products, grad_and_aux, layer_mask, loss
+from samflow.model import (
+    DEFAULT,
+    Model,
+    Problem,
+    beta,
+    exclusive_products,
+    grad_and_aux,
+    layer_mask,
+    loss,
+)
 from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_range, top
 from samflow.rules import PerturbationRule
 from samflow.runners import Flow
@@ -203,12 +212,35 @@ class FlowSolution(NamedTuple):
 
 
 def formulation_for(
-    rule: PerturbationRule, requested: str, one_point_positive: bool, balanced: bool
+    rule: PerturbationRule,
+    requested: str,
+    one_point_positive: bool,
+    balanced: bool,
+    model: Model = DEFAULT,
 ) -> str:
     """The formulation a solve uses: ``requested``, or for ``auto`` the rule's closed
     form (log or linf) when it has one, the problem is one point with ``mu > 0`` and
     the start is balanced and positive; otherwise ``linear``. InputError when a
-    closed form is forced where it does not hold."""
+    closed form is forced where it does not hold.
+
+    Other parametrisations (``model``): ``log`` is the log-space gradient flow of
+    u2-v2 (:func:`u2v2_log_field`), for gd from ``u = v > 0`` (``balanced``), any data
+    and loss; ``auto`` takes it there; else ``linear`` (the closed forms of the paper's
+    model are the logistic loss's)."""
+    if not model.default:
+        usable = (
+            "log"
+            if model.parametrization == "u2-v2" and rule.direction is None and balanced
+            else None
+        )
+        if requested == "auto":
+            return usable or "linear"
+        if requested != "linear" and requested != usable:
+            raise InputError(
+                f"formulation {requested!r} with parametrization {model.parametrization} and "
+                f"loss {model.loss}: only log, for u2-v2, method gd and u = v > 0 at the start"
+            )
+        return requested
     closed = rule.balanced.formulation if rule.balanced is not None else None
     usable = closed if (one_point_positive and balanced) else None
     if requested == "auto":
@@ -259,6 +291,56 @@ def _plain_field(tau, theta, args):
     g, _ = grad_and_aux(theta, problem, mask)
     g_adv, _ = grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)
     return -g_adv
+
+
+def _model_rescaled_field(tau, theta, args):
+    """One point, a margin loss, any parametrisation: ``dtheta/dtau = m(theta~)`` with
+    ``m = y x G(theta)`` (``G`` :meth:`samflow.model.Model.jacobian`); the ascent is
+    ``-m`` for a scale-invariant rule, else ``-|l'(z)| m`` (docs/theory.md §3, §10)."""
+    problem, mask, rho, rule, model = args
+    yx = problem.y[0] * problem.X[0]
+
+    def m(th):
+        return yx * model.jacobian(th) * mask
+
+    if rule.scale_invariant:
+        scale = 1.0
+    else:
+        scale = model.grad_and_aux(theta, problem, mask)[1].lprime_abs
+    return m(rule.perturbed(theta, -scale * m(theta), rho))
+
+
+def _model_plain_field(tau, theta, args):
+    """The SAM gradient flow ``-grad Loss(theta + rho eps)`` of any model, in plain time."""
+    problem, mask, rho, rule, model = args
+    if rule.direction is None:
+        return -model.grad_and_aux(theta, problem, mask)[0]
+    g, _ = model.grad_and_aux(theta, problem, mask)
+    return -model.grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)[0]
+
+
+def u2v2_log_beta(R: Array, a: Array) -> Array:
+    """beta of the u2-v2 log-space state: ``-2 a^2 sinh(4 R)`` (:func:`u2v2_log_field`)."""
+    return -2.0 * a * a * jnp.sinh(4.0 * R)
+
+
+def u2v2_log_field(tau, R, args):
+    """Gradient flow of u2-v2 from ``u = v = a`` in log space (**derived here**).
+
+    ``du/dt = -2 u c``, ``dv/dt = +2 v c`` with ``c = grad_beta Loss`` ``[d]``, so
+    ``u = a e^{-2R}``, ``v = a e^{2R}`` with ``dR/dt = c(beta)`` and ``beta = u^2 - v^2 =
+    -2 a^2 sinh(4R)``. The state ``R`` is O(log(1/a)) however small ``a`` is: the flow
+    from ``a = 1e-8`` is as well conditioned as from ``a = 1``. One point with a margin
+    loss runs in rescaled time (``c`` divided by ``|l'(z)|``), else in plain time.
+    """
+    problem, a, model = args
+    b = u2v2_log_beta(R, a)
+    p = jnp.sum(problem.X * b, axis=1)
+    _, d1, _ = model._derivatives(p, problem.y)
+    c = jnp.sum(d1[:, None] * problem.X, axis=0) / p.shape[0]
+    if model.rescales(problem.X.shape[0]):
+        c = c / jnp.abs(d1[0])
+    return c
 
 
 def _to_theta(y, formulation, n_layers, depth):
@@ -366,13 +448,23 @@ def integrate(
     rule: PerturbationRule,
     config: FlowConfig,
     major: Array | int | None = None,
+    model: Model = DEFAULT,
 ) -> FlowSolution:
     """Pure, vmappable solve from ``theta0`` ``[L_max, d]`` saving at ``save_tau`` ``[T]``.
 
     ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon. ``major`` (1-based)
     is the major coordinate, for the leader path: by default ``argmax_j mu_j`` of one
     point; ``n`` points need it given (:func:`samflow.model.major_coordinate`).
+    ``model``: the parametrisation and loss (static). Other than the paper's it runs
+    the ``linear`` formulation with the model's field (rescaled time for one point
+    and a margin loss, else plain time) or u2-v2's ``log`` one; it has no collapse
+    event (beta(0) may be 0), only the overflow guard.
     """
+    if not model.default:
+        return _integrate_model(
+            theta0, problem, depth, rho, save_tau, rule=rule, config=config, major=major,
+            model=model,
+        )  # fmt: skip
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
     depth = jnp.asarray(depth)
@@ -495,6 +587,112 @@ def integrate(
         blowup=blowup,
         collapsed=collapsed,
         valid=valid | (collapsed & ~failed),
+        failed=failed,
+        lead_start=lead_start,
+        path=path,
+    )
+
+
+def _integrate_model(
+    theta0: Array,
+    problem: Problem,
+    depth: Array | int,
+    rho: Array | float,
+    save_tau: Array,
+    *,
+    rule: PerturbationRule,
+    config: FlowConfig,
+    major: Array | int | None,
+    model: Model,
+) -> FlowSolution:
+    """:func:`integrate` for a model other than the paper's (``linear`` or u2-v2 ``log``)."""
+    dtype = theta0.dtype
+    n_layers, _ = theta0.shape
+    depth = jnp.asarray(depth)
+    rho = jnp.asarray(rho, dtype)
+    mask = layer_mask(depth, n_layers, dtype)
+    form = config.formulation
+    a = theta0[0]
+    if form == "log":  # u2-v2, gd, u = v = a: state R with u = a e^{-2R}, v = a e^{2R}
+        y0, field, args = jnp.zeros_like(a), u2v2_log_field, (problem, a, model)
+
+        def to_theta(R):
+            return jnp.stack([a * jnp.exp(-2.0 * R), a * jnp.exp(2.0 * R)], axis=-2)
+
+        def beta_of(R):
+            return u2v2_log_beta(R, a)
+
+    else:
+        rescaled = model.rescales(problem.X.shape[0])
+        field = _model_rescaled_field if rescaled else _model_plain_field
+        y0, args = theta0, (problem, mask, rho, rule, model)
+
+        def to_theta(y):
+            return y
+
+        beta_of = model.beta
+
+    tiny = jnp.finfo(dtype).tiny
+
+    def log_beta(y):  # [d]; 0 clipped to the smallest normal number (no -inf)
+        return jnp.log(jnp.maximum(jnp.abs(beta_of(y)), tiny))
+
+    def log_beta_max(y):
+        return jnp.max(log_beta(y))
+
+    beta0, dbeta0 = jax.jvp(beta_of, (y0,), (field(save_tau[0], y0, args),))
+    high = config.log_beta_max
+
+    def cond_fn(t, y, args, **kwargs):
+        return high - log_beta_max(y)
+
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)],
+        controller_state=True,
+    )
+    if major is None:
+        if problem.X.shape[0] != 1:
+            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
+        major = jnp.argmax(problem.X[0]) + 1
+    major = jnp.asarray(major, jnp.int32)
+    lead_start = lead_at_start(beta0, dbeta0)
+    path0 = path_enter(path_start((), dtype), lead_start, save_tau[0], -1, major)
+    pid = diffrax.PIDController(rtol=config.rtol, atol=config.atol, norm=optx.max_norm)
+    with no_host_checks():
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            SOLVERS[config.solver](),
+            t0=save_tau[0],
+            t1=save_tau[-1],
+            dt0=None,
+            y0=y0,
+            args=args,
+            saveat=saveat,
+            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
+            event=diffrax.Event(cond_fn),
+            max_steps=config.max_steps,
+            throw=False,
+        )
+    ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
+    blowup = sol.result == diffrax.RESULTS.event_occurred
+    ok = (sol.result == diffrax.RESULTS.successful) | blowup
+    failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
+    _, path, (ta, tb, la, lb) = sol.controller_state
+    frac = jnp.clip((high - la) / jnp.where(lb != la, lb - la, 1.0), 0.0, 1.0)
+    stop = jnp.where(blowup, ta + frac * (tb - ta), t_end)
+    valid = (save_tau <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
+    theta = jnp.where(valid[:, None, None], jax.vmap(to_theta)(ys), jnp.nan)
+    b = jnp.where(valid[:, None], jax.vmap(beta_of)(ys), jnp.nan)
+    lossv = jax.vmap(lambda th: model.value(th, problem))(theta)
+    return FlowSolution(
+        tau=save_tau,
+        beta=b,
+        loss=lossv,
+        theta=theta,
+        stop_tau=stop,
+        blowup=blowup,
+        collapsed=jnp.zeros((), bool),
+        valid=valid,
         failed=failed,
         lead_start=lead_start,
         path=path,

@@ -25,6 +25,18 @@ from samflow.errors import InputError
 METHODS: dict[str, bool] = {"gd": False, "sam-l2": True, "sam-linf": True, "usam": True}
 """The built-in methods (:mod:`samflow.rules`) and whether each takes a radius rho."""
 DTYPES = ("float64", "float32")
+PARAMETRIZATIONS = ("product", "u2-v2", "uv")
+"""The diagonal network's predictor (docs/theory.md §10): ``product`` beta = w^(1) ...
+w^(L) (the paper's, any depth); ``u2-v2`` beta = u^2 - v^2 and ``uv`` beta = u v (two
+rows u, v: depth 2)."""
+LOSSES = ("logistic", "exponential", "squared")
+"""Per-point losses: ``logistic`` and ``exponential`` of the margin y <beta, x> (labels
+in {-1, +1}); ``squared`` (1/2)(<beta, x> - y)^2 with real y (docs/theory.md §10)."""
+MAX_HESSIAN = 512
+"""Largest Hessian (``L_max * d`` rows) whose top eigenvalue a run solves exactly at
+every record (``sharpness``): the solve costs ``(L d)^3``."""
+ACTIVE_THRESHOLD = 1e-3
+"""``n_active`` counts the coordinates with ``|beta_j|`` above this (absolute) threshold."""
 
 COLLAPSE_FACTOR = 1e-3
 """Collapse: ``||beta||_1`` at the horizon below this fraction of ``||beta(0)||_1``."""
@@ -195,12 +207,38 @@ def check_major(mu: np.ndarray, name: str = "mu") -> None:
         )
 
 
-def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
+def check_model(parametrization, loss, depth) -> tuple[str, str]:
+    """A parametrisation of :data:`PARAMETRIZATIONS` and a loss of :data:`LOSSES`;
+    ``u2-v2`` and ``uv`` have two rows (u, v), so their ``depth`` must be 2."""
+    if parametrization not in PARAMETRIZATIONS:
+        choices = ", ".join(PARAMETRIZATIONS)
+        raise InputError(f"unknown parametrization {parametrization!r}; choose from {choices}")
+    if loss not in LOSSES:
+        raise InputError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
+    if parametrization != "product" and depth != 2:
+        raise InputError(
+            f"parametrization {parametrization} has two rows (u, v): depth must be 2, got {depth}"
+        )
+    return parametrization, loss
+
+
+def check_beta_star(beta_star, d: int) -> np.ndarray | None:
+    """The ground truth ``beta*`` ``[d]`` (finite), or None."""
+    if beta_star is None:
+        return None
+    b = real_array("beta_star", beta_star)
+    if b.shape != (d,):
+        raise InputError(f"beta_star must have shape ({d},) like a data point, got {b.shape}")
+    return b
+
+
+def check_problem(mu=None, data=None, loss: str = "logistic") -> tuple[np.ndarray, np.ndarray]:
     """The data set of a run: one point ``mu`` or ``data = (X, y)``, exactly one.
 
-    ``mu`` ``[d]`` finite and > 0 (the point ``x = mu``, ``y = +1``); ``data`` a pair of
-    ``X`` ``[n, d]`` finite and ``y`` ``[n]`` in {-1, +1}. Returns ``X`` ``[n, d]`` and
-    ``y`` ``[n]``, NumPy float64.
+    ``mu`` ``[d]`` finite and > 0 (the point ``x = mu``, ``y = +1``, for the squared loss
+    too: the target 1); ``data`` a pair of ``X`` ``[n, d]`` finite and ``y`` ``[n]``, in
+    {-1, +1} for a margin loss (logistic, exponential), any finite reals for the squared
+    loss. Returns ``X`` ``[n, d]`` and ``y`` ``[n]``, NumPy float64.
     """
     if (mu is None) == (data is None):
         raise InputError("give exactly one of mu (one point) and data (X, y)")
@@ -215,8 +253,9 @@ def check_problem(mu=None, data=None) -> tuple[np.ndarray, np.ndarray]:
     X, y = real_array("data X", data[0], ndim=2), real_array("data y", data[1], ndim=1)
     if X.shape[0] != y.shape[0]:
         raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
-    if not np.all(np.isin(y, (-1.0, 1.0))):
-        raise InputError(f"data: labels must be -1 or +1, got {np.unique(y).tolist()}")
+    if loss != "squared" and not np.all(np.isin(y, (-1.0, 1.0))):
+        shown = np.unique(y)[:8].tolist()
+        raise InputError(f"data: labels must be -1 or +1 for the {loss} loss, got {shown}")
     return X, y
 
 

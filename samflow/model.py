@@ -16,6 +16,8 @@ fuses into that loop (:mod:`samflow.layout`).
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import jax
@@ -171,3 +173,217 @@ def major_coordinate(problem: Problem) -> int:
     else:
         direction = np.abs(signed.sum(axis=0))
     return int(np.argmax(direction)) + 1
+
+
+# ---- Parametrisations and losses as objects (docs/theory.md §10) --------------------
+
+
+def _pair_products(theta: Array) -> Array:
+    """``B[l, k, j] = prod_{m != l, k} theta[m, j]`` for ``l != k`` and 0 on the diagonal,
+    ``[L_max, d, *b] -> [L_max, L_max, d, *b]``: the second derivatives of the product
+    ``beta_j`` in layers ``l`` and ``k`` (unrolled over the small layer axis)."""
+    rows = list(theta)
+    L = len(rows)
+    zero = jnp.zeros_like(rows[0])
+    out = [[zero] * L for _ in range(L)]
+    for a in range(L):
+        for b in range(a + 1, L):
+            rest = [rows[m] for m in range(L) if m not in (a, b)]
+            p = functools.reduce(jnp.multiply, rest) if rest else jnp.ones_like(rows[0])
+            out[a][b] = out[b][a] = p
+    return jnp.stack([jnp.stack(r) for r in out])
+
+
+@dataclass(frozen=True)
+class Model:
+    """A diagonal linear network: its parametrisation and its loss (hashable, static).
+
+    Attributes:
+        parametrization: ``product`` (``beta = w^(1) ... w^(L)``), ``u2-v2``
+            (``beta = u^2 - v^2``, rows u, v) or ``uv`` (``beta = u v``).
+        loss: ``logistic`` (``log(1 + e^-z)``), ``exponential`` (``e^-z``) of the margin
+            ``z = y <beta, x>``, or ``squared`` (``(1/2)(<beta, x> - y)^2``); the training
+            loss is the mean over the n points.
+
+    Every method takes the batch-last layout of this module (``theta`` ``[L_max, d,
+    *batch]``). :data:`DEFAULT` (product, logistic) routes to the functions above, so
+    the paper's model computes exactly what it did before these objects existed.
+
+    **Gradient and Hessian (derived here).** With predictions ``p_i = <beta, x_i>``,
+    per-point losses ``l_i(p_i)``, ``Loss = (1/n) sum_i l_i``, and since ``beta_j``
+    depends on column ``theta[:, j]`` only, write ``G[l, j] = d beta_j / d theta[l, j]``
+    (:meth:`jacobian`), ``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``
+    (:meth:`curvature`), ``c_j = (1/n) sum_i l_i'(p_i) x_ij`` (the gradient in beta) and
+    ``A = (1/n) X^T diag(l_i''(p_i)) X`` (the Hessian in beta, ``d x d``). Then
+
+        dLoss/dtheta[l, j] = c_j G[l, j],
+        d^2 Loss / dtheta[l, j] dtheta[k, m] = G[l, j] A[j, m] G[k, m] + [j = m] c_j B[l, k, j]:
+
+    coordinates couple only through the data term ``X^T diag(l'') X``; the second term
+    is block diagonal (an ``L x L`` block per coordinate). ``G``, ``B``: product
+    ``G[l] = prod_{k != l} w^(k)``, ``B[l, k] = prod_{m != l, k} w^(m)`` (0 for l = k);
+    u2-v2 ``G = (2u, -2v)``, ``B = diag(2, -2)``; uv ``G = (v, u)``, ``B = [[0, 1], [1,
+    0]]``. Losses in ``p`` (``y`` in {-1, +1} for the margin losses, so ``y^2 = 1``):
+    logistic ``l' = -y sigmoid(-z)``, ``l'' = sigmoid(z) sigmoid(-z)``; exponential
+    ``l' = -y e^-z``, ``l'' = e^-z``; squared ``l' = p - y``, ``l'' = 1``.
+    """
+
+    parametrization: str = "product"
+    loss: str = "logistic"
+
+    @property
+    def default(self) -> bool:
+        """The paper's model (product, logistic)."""
+        return self.parametrization == "product" and self.loss == "logistic"
+
+    @property
+    def margin_loss(self) -> bool:
+        """A loss of the margin (logistic, exponential): labels in {-1, +1}."""
+        return self.loss != "squared"
+
+    @property
+    def classifies(self) -> bool:
+        """Whether the regimes of docs/theory.md §6 apply: the product network with a
+        margin loss. Elsewhere no regime is given (the variables are absent)."""
+        return self.parametrization == "product" and self.margin_loss
+
+    def rescales(self, n: int) -> bool:
+        """Whether time is rescaled (docs/theory.md §3): one point and a margin loss."""
+        return n == 1 and self.margin_loss
+
+    def beta(self, theta: Array) -> Array:
+        """The predictor ``[d, *batch]``."""
+        if self.parametrization == "product":
+            return beta(theta)
+        u, v = theta[0], theta[1]
+        return u * u - v * v if self.parametrization == "u2-v2" else u * v
+
+    def jacobian(self, theta: Array) -> Array:
+        """``G[l, j] = d beta_j / d theta[l, j]``, ``[L_max, d, *batch]``."""
+        if self.parametrization == "product":
+            return exclusive_products(theta)
+        u, v = theta[0], theta[1]
+        return jnp.stack([2 * u, -2 * v] if self.parametrization == "u2-v2" else [v, u])
+
+    def curvature(self, theta: Array) -> Array:
+        """``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``, ``[L, L, d, *batch]``."""
+        if self.parametrization == "product":
+            return _pair_products(theta)
+        one, zero = jnp.ones_like(theta[0]), jnp.zeros_like(theta[0])
+        if self.parametrization == "u2-v2":
+            rows = [[2 * one, zero], [zero, -2 * one]]
+        else:
+            rows = [[zero, one], [one, zero]]
+        return jnp.stack([jnp.stack(r) for r in rows])
+
+    def predictions(self, theta: Array, problem: Problem) -> Array:
+        """``p_i = <beta, x_i>``, ``[n, *batch]``."""
+        return sum_rows(jnp.swapaxes(problem.X, 0, 1) * self.beta(theta)[:, None])
+
+    def _derivatives(self, p: Array, y: Array) -> tuple[Array, Array, Array]:
+        """Per point ``l(p)``, ``l'(p)``, ``l''(p)`` (each ``[n, *batch]``)."""
+        if self.loss == "squared":
+            r = p - y
+            return 0.5 * r * r, r, jnp.ones_like(r)
+        z = y * p
+        if self.loss == "logistic":
+            s = jax.nn.sigmoid(-z)
+            return jax.nn.softplus(-z), -y * s, s * jax.nn.sigmoid(z)
+        e = jnp.exp(-z)
+        return e, -y * e, e
+
+    def value(self, theta: Array, problem: Problem) -> Array:
+        """The training loss ``(1/n) sum_i l_i``, ``[*batch]``."""
+        if self.default:
+            return loss(theta, problem)
+        p = self.predictions(theta, problem)
+        return sum_rows(self._derivatives(p, problem.y)[0]) / p.shape[0]
+
+    def grad_and_aux(
+        self, theta: Array, problem: Problem, mask: Array | None
+    ) -> tuple[Array, DiagAux]:
+        """The gradient ``c_j G[l, j]`` (padding rows zero) and the loss; ``lprime_abs``
+        is ``|l'(z)|`` when time is rescaled (:meth:`rescales`), else 1."""
+        if self.default:
+            return grad_and_aux(theta, problem, mask)
+        p = self.predictions(theta, problem)
+        n = p.shape[0]
+        value, d1, _ = self._derivatives(p, problem.y)
+        c = sum_rows(d1[:, None] * problem.X) / n
+        g = _masked(c[None] * self.jacobian(theta), mask)
+        rescale = jnp.abs(d1[0]) if self.rescales(n) else jnp.ones_like(p[0])
+        return g, DiagAux(loss=sum_rows(value) / n, lprime_abs=rescale)
+
+    def ascent_direction(self, theta: Array, problem: Problem, mask: Array | None) -> Array:
+        """One point, margin loss: ``-y x_j G[l, j]``, a positive multiple of the gradient
+        (``l'(z) y x G`` with ``l'(z) < 0``), as :func:`ascent_direction`."""
+        if self.default:
+            return ascent_direction(theta, problem, mask)
+        if problem.X.shape[0] != 1 or not self.margin_loss:
+            raise ValueError("ascent_direction needs one data point and a margin loss")
+        return _masked(-(problem.y[0] * problem.X[0])[None] * self.jacobian(theta), mask)
+
+    def underflow(self, theta0: Array) -> Array:
+        """``[*batch]``: whether ``beta(0)`` lost a coordinate to underflow (a product of
+        nonzero layers, or a nonzero u or v whose square or product is 0)."""
+        if self.parametrization == "product":
+            lost = (beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
+        elif self.parametrization == "u2-v2":
+            u, v = theta0[0], theta0[1]
+            lost = ((u != 0) & (u * u == 0)) | ((v != 0) & (v * v == 0))
+        else:
+            u, v = theta0[0], theta0[1]
+            lost = (u != 0) & (v != 0) & (u * v == 0)
+        return jnp.any(lost, axis=0)
+
+    def hessian(self, theta: Array, problem: Problem, mask: Array | None = None) -> Array:
+        """The Hessian of the training loss in ``theta``, ``[L_max * d, L_max * d, *batch]``
+        (index ``l * d + j``), from the structure in the class docstring. Padding rows
+        (``mask`` 0) give zero rows and columns."""
+        H, _ = self._hessian_parts(theta, problem, mask)
+        L, d = theta.shape[:2]
+        return H.reshape(L * d, L * d, *theta.shape[2:])
+
+    def _hessian_parts(self, theta, problem, mask):
+        p = self.predictions(theta, problem)
+        n = p.shape[0]
+        _, d1, d2 = self._derivatives(p, problem.y)
+        X = problem.X
+        c = sum_rows(d1[:, None] * X) / n  # [d, *b]
+        A = jnp.einsum("ij...,i...,im...->jm...", X, d2, X) / n  # [d, d, *b]
+        G = _masked(self.jacobian(theta), mask)
+        B = self.curvature(theta)
+        if mask is not None:
+            B = B * mask[:, None] * mask[None, :]
+        d = theta.shape[1]
+        eye = jnp.eye(d, dtype=theta.dtype).reshape(d, d, *(1,) * (theta.ndim - 2))
+        H = jnp.einsum("lj...,jm...,km...->ljkm...", G, A, G)
+        H = H + jnp.einsum("lkj...,j...,jm...->ljkm...", B, c, eye)
+        trace = sum_rows(sum_rows(G * G) * jnp.einsum("jj...->j...", A))
+        trace = trace + sum_rows(c * sum_rows(jnp.einsum("llj...->lj...", B)))
+        return H, trace
+
+    def sharpness(
+        self, theta: Array, problem: Problem, mask: Array | None = None
+    ) -> tuple[Array, Array]:
+        """``(lambda_max, trace)`` of the Hessian, each ``[*batch]``.
+
+        ``lambda_max`` is the largest (algebraic) eigenvalue, by an exact symmetric
+        eigensolve of the ``L_max d x L_max d`` matrix (:data:`samflow.inputs.MAX_HESSIAN`
+        bounds its size). Padding rows add zero eigenvalues, which never exceed
+        ``lambda_max``: the second term of the Hessian has zero trace in every block
+        (``B`` has a zero diagonal for the product, ``diag(2, -2)`` or a zero diagonal
+        for u2-v2 and uv) and the first is positive semidefinite for a convex loss, so
+        ``lambda_max >= trace / (L d) >= 0`` (derived here).
+        """
+        H, trace = self._hessian_parts(theta, problem, mask)
+        L, d = theta.shape[:2]
+        batch = theta.shape[2:]
+        H = H.reshape(L * d, L * d, *batch)
+        H = jnp.moveaxis(H.reshape(L * d, L * d, -1), -1, 0)
+        top = jnp.max(jnp.linalg.eigvalsh(H), axis=-1).reshape(batch)
+        return top, trace
+
+
+DEFAULT = Model()
+"""The paper's model: the product network with the logistic loss."""

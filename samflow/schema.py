@@ -257,8 +257,10 @@ def _dtype(var: Variable, run_dtype: str) -> np.dtype | None:
 
 def _attrs(var: Variable, context: Mapping[str, object]) -> dict:
     """``var``'s CF attributes, text templates filled from ``context`` (file attributes)."""
-    one = int(context.get("n_points", 1)) == 1
+    # Time is rescaled for one point and a margin loss (docs/theory.md §3, §10).
+    one = int(context.get("n_points", 1)) == 1 and context.get("loss") != "squared"
     fields = {
+        "loss_name": context.get("loss", "logistic"),
         "tau_name": "rescaled time" if one else "time eta * steps",
         "tau_symbol": r"$\tau$" if one else "$t$",
         **context,
@@ -353,7 +355,16 @@ RUN_ATTRS = {
     "atol": Attribute("absolute tolerance of the step-size controller", when=FLOW),
     "max_steps": Attribute("cap on solver steps", when=FLOW),
     "flow_formulation": Attribute("the flow's state: log, linf or linear", when=FLOW),
+    "parametrization": Attribute(
+        "the predictor: u2-v2 (beta = u^2 - v^2) or uv (beta = u v)",
+        when="not the product network",
+    ),
+    "loss": Attribute("the loss: exponential or squared", when="not the logistic loss"),
+    "active_threshold": Attribute("n_active counts |beta_j| above this", when="summaries"),
+    "beta_star": Attribute("the ground truth beta* of test_error", when="beta_star given"),
 }
+CLASSIFIED = "the product network with a margin loss (logistic, exponential)"
+SUMMARIES = "summaries"
 
 # ---- The per-point results a trajectory and a sweep share -------------------------
 
@@ -388,6 +399,7 @@ POINT = {
         (GRID,),
         "int8",
         "regime of the trajectory",
+        when=CLASSIFIED,
         attrs={
             "flag_values": np.array(FLAG_VALUES, np.int8),
             "flag_meanings": FLAG_MEANINGS,
@@ -399,6 +411,7 @@ POINT = {
         (GRID,),
         "int32",
         "coordinate leading where the dynamics end (horizon, blow-up, guard)",
+        when=CLASSIFIED,
         attrs={"comment": LIMIT_MEANINGS},
     ),
     "first_amplified": Variable((GRID,), "int32", "first leader of the leader path (0: none)"),
@@ -470,7 +483,34 @@ POINT = {
         (GRID, "time"), "int32", "dominant coordinate D = argmax_j |beta_j| (0: none)"
     ),
     "beta_norm": Variable((GRID, "time"), FLOAT, "||beta||_1"),
-    "loss": Variable((GRID, "time"), FLOAT, "logistic loss"),
+    "loss": Variable((GRID, "time"), FLOAT, "{loss_name} loss"),
+    "l1_norm": Variable((GRID, "time"), FLOAT, "||beta||_1", when=SUMMARIES),
+    "l2_norm": Variable((GRID, "time"), FLOAT, "||beta||_2", when=SUMMARIES),
+    "n_active": Variable(
+        (GRID, "time"),
+        "int32",
+        "number of coordinates with |beta_j| > active_threshold",
+        when=SUMMARIES,
+    ),
+    "test_error": Variable(
+        (GRID, "time"),
+        FLOAT,
+        "||beta - beta*||_2^2 (the population squared error for x ~ N(0, I))",
+        when="beta_star given",
+    ),
+    "sharpness": Variable(
+        (GRID, "time"),
+        FLOAT,
+        "largest eigenvalue of the Hessian of the training loss in theta",
+        when="sharpness",
+        attrs={"comment": "exact eigensolve of the L d x L d Hessian (docs/theory.md 10.4)"},
+    ),
+    "hessian_trace": Variable(
+        (GRID, "time"),
+        FLOAT,
+        "trace of the Hessian of the training loss in theta",
+        when="sharpness",
+    ),
     "final_direction": Variable((GRID, "coord"), FLOAT, "beta / ||beta||_1 at the horizon"),
     "takeover_tau": Variable(
         (GRID, "coord"), FLOAT, "first tau at which coordinate j took the lead (NaN: never)"
@@ -501,7 +541,7 @@ TRAJECTORY = Schema(
     },
     attrs={
         **RUN_ATTRS,
-        "regime_meaning": Attribute("the regime's name (flag_meanings of regime)"),
+        "regime_meaning": Attribute("the regime's name (flag_meanings of regime)", when=CLASSIFIED),
         **{n: Attribute(POINT[n].long_name, when=POINT[n].when) for n in OUTCOMES},
         "blowup_tau": Attribute(POINT["blowup_tau"].long_name, when="a flow that blew up"),
         "blowup": Attribute("the flow ended at a finite-time blow-up (0/1)", when=FLOW),

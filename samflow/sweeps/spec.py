@@ -31,12 +31,25 @@ from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
 if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when it is made
     from samflow.engine import Points, Setup
+    from samflow.model import Model
     from samflow.rules import PerturbationRule
 
 SUMMARY_VALUES = 12
 """Per-point scalars of a sweep's result (regime, limit_coord, ..., solver_failed)."""
 RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
+SUMMARY_RECORD_VALUES = 6
+"""Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
+NEW_DEFAULTS = {
+    "parametrization": "product",
+    "loss": "logistic",
+    "summaries": False,
+    "sharpness": False,
+    "beta_star": (),
+    "active_threshold": inputs.ACTIVE_THRESHOLD,
+}
+"""Fields added with the model options, and their defaults: left out of :meth:`SweepSpec.key`
+where they hold these, so that a sweep of the paper's model keeps its key (and resumes)."""
 COPIES = 3
 """A result is held about three times at its peak: by the compiled program, on the host,
 and in the Dataset made from it."""
@@ -74,6 +87,14 @@ class SweepSpec:
         data: ``(X, y)`` as nested tuples (n points), or ``()``.
         pad_layers: pad parameters to at least this many layers (one program serves
             several depths; padding rows change nothing, docs/theory.md §7b).
+        parametrization, loss: the model (:data:`samflow.inputs.PARAMETRIZATIONS`,
+            :data:`samflow.inputs.LOSSES`; docs/theory.md §10).
+        summaries: take the regression summaries at every record (``l1_norm``,
+            ``l2_norm``, ``n_active``; ``test_error`` with ``beta_star``; ``sharpness``
+            and ``hessian_trace`` with ``sharpness``).
+        sharpness: take the top Hessian eigenvalue and the trace (needs ``summaries``).
+        beta_star: the ground truth of ``test_error`` ``[d]``, or ``()``.
+        active_threshold: ``n_active`` counts ``|beta_j|`` above it.
     """
 
     rule: PerturbationRule
@@ -91,6 +112,12 @@ class SweepSpec:
     mu_set: tuple = ()
     data: tuple = field(default=(), repr=False)
     pad_layers: int = 0
+    parametrization: str = "product"
+    loss: str = "logistic"
+    summaries: bool = False
+    sharpness: bool = False
+    beta_star: tuple = field(default=(), repr=False)
+    active_threshold: float = inputs.ACTIVE_THRESHOLD
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -122,6 +149,7 @@ class SweepSpec:
         )
         if bool(self.mu) == bool(self.data):
             raise InputError("a sweep needs exactly one of mu (one point) and data (X, y)")
+        self._check_model()
         if "mu" in names:
             if not self.mu_set:
                 raise InputError("axis mu needs mu_set, the mu vectors it indexes")
@@ -142,6 +170,35 @@ class SweepSpec:
 
             set_(self, "rule", get_rule(self.rule))
 
+    def _check_model(self) -> None:
+        """The model options, against the depth, the axes and the data."""
+        set_ = object.__setattr__
+        inputs.check_model(self.parametrization, self.loss, self.depth)
+        if self.parametrization != "product" and "depth" in self.axis_names:
+            raise InputError(f"parametrization {self.parametrization} has no depth axis")
+        if self.data:
+            inputs.check_problem(data=(np.asarray(self.data[0]), np.asarray(self.data[1])),
+                                 loss=self.loss)  # fmt: skip
+        set_(self, "summaries", inputs.check_flag("summaries", self.summaries))
+        set_(self, "sharpness", inputs.check_flag("sharpness", self.sharpness))
+        if self.beta_star:
+            set_(self, "beta_star", tuple(inputs.check_beta_star(self.beta_star, self.d).tolist()))
+        if (self.sharpness or self.beta_star) and not self.summaries:
+            raise InputError("sharpness and beta_star are summaries: they need summaries on")
+        set_(self, "active_threshold", inputs.positive("active-threshold", self.active_threshold))
+        if self.sharpness and self.n_layers * self.d > inputs.MAX_HESSIAN:
+            raise InputError(
+                f"sharpness solves a Hessian of L * d = {self.n_layers * self.d} rows, over "
+                f"{inputs.MAX_HESSIAN}"
+            )
+
+    @property
+    def model(self) -> Model:
+        """The parametrisation and loss (:class:`samflow.model.Model`)."""
+        from samflow.model import Model
+
+        return Model(self.parametrization, self.loss)
+
     @classmethod
     def from_inputs(
         cls,
@@ -161,6 +218,12 @@ class SweepSpec:
         save_trajectories: bool = False,
         mu_set: np.ndarray | None = None,
         pad_layers: int = 0,
+        loss: str = "logistic",
+        parametrization: str = "product",
+        beta_star: np.ndarray | None = None,
+        summaries: bool | None = None,
+        sharpness: bool = False,
+        active_threshold: float = inputs.ACTIVE_THRESHOLD,
     ) -> SweepSpec:
         """The description of a run from the forms a user writes, every input checked.
 
@@ -170,9 +233,20 @@ class SweepSpec:
         (``None`` or empty: one point); ``alpha`` is refused beside an axis that sets it
         (``alpha``, ``seed``), ``rho`` beside axis ``rho``. InputError naming the bad
         value, before anything is computed or compiled.
+
+        ``loss``, ``parametrization``: the model; ``beta_star`` ``[d]``: the ground truth
+        of ``test_error``; ``summaries``: take the regression summaries (None: when the
+        model is not the paper's, or ``sharpness`` or ``beta_star`` is given);
+        ``sharpness``: also the Hessian's top eigenvalue and trace.
         """
-        X, y = inputs.check_problem(mu, data)
+        inputs.check_model(parametrization, loss, depth)
+        X, y = inputs.check_problem(mu, data, loss)
         d = X.shape[1]
+        beta_star = inputs.check_beta_star(beta_star, d)
+        inputs.check_flag("sharpness", sharpness)
+        if summaries is None:
+            default = parametrization == "product" and loss == "logistic"
+            summaries = not default or sharpness or beta_star is not None
         if axes is None:
             axes = {}
         if not isinstance(axes, Mapping):
@@ -203,6 +277,12 @@ class SweepSpec:
             else tuple(map(tuple, inputs.real_array("mu_set", mu_set, ndim=2).tolist())),
             data=() if data is None else (tuple(map(tuple, X.tolist())), tuple(y.tolist())),
             pad_layers=pad_layers,
+            parametrization=parametrization,
+            loss=loss,
+            summaries=summaries,
+            sharpness=sharpness,
+            beta_star=() if beta_star is None else tuple(beta_star.tolist()),
+            active_threshold=active_threshold,
         )
 
     def bytes_needed(self, keep_theta: bool = False) -> int:
@@ -211,6 +291,7 @@ class SweepSpec:
         ``keep_theta``, ``theta`` with ``keep_theta``, as a trajectory keeps)."""
         keep_beta = self.save_trajectories or keep_theta
         per_record = RECORD_VALUES + self.d * (keep_beta + keep_theta * self.n_layers)
+        per_record += SUMMARY_RECORD_VALUES * self.summaries
         per_point = SUMMARY_VALUES + 2 * self.d + self.runner.n_records() * per_record
         return COPIES * self.size * per_point * np.dtype(self.dtype).itemsize
 
@@ -236,6 +317,9 @@ class SweepSpec:
     def key(self) -> str:
         """A hash of everything that defines the result."""
         fields = asdict(self)
+        for name, value in NEW_DEFAULTS.items():
+            if fields[name] == value:
+                del fields[name]
         fields["rule"] = rule_identity(self.rule)
         fields["runner"] = {"type": type(self.runner).__name__, **asdict(self.runner)}
         payload = json.dumps(fields, sort_keys=True, default=str)
@@ -275,13 +359,12 @@ class SweepSpec:
             return None
         from samflow.flows import formulation_for
 
-        return formulation_for(self.rule, self.runner.formulation, not self.data, True)
+        return formulation_for(self.rule, self.runner.formulation, not self.data, True, self.model)
 
     def setup(self, sharded: bool = True) -> Setup:
         """The program that runs this sweep's points."""
         from samflow.engine import Setup
         from samflow.flows import FlowConfig
-        from samflow.model import Problem, major_coordinate
 
         flow = (
             FlowConfig.of(self.runner, self.formulation, self.dtype)
@@ -298,8 +381,30 @@ class SweepSpec:
             keep=("beta",) if self.save_trajectories else (),
             padding=self.mode != "discrete" or self.has_padding,
             sharded=sharded,
-            major=major_coordinate(Problem(*map(np.asarray, self.data))) if self.data else 0,
+            major=self.major(),
+            model=self.model,
+            summaries=self.summary_set,
         )
+
+    @property
+    def summary_set(self):
+        """The :class:`samflow.summaries.Summaries` a run takes, or None."""
+        from samflow.summaries import Summaries
+
+        if not self.summaries:
+            return None
+        return Summaries(bool(self.beta_star), self.sharpness, self.active_threshold)
+
+    def major(self) -> int:
+        """The major coordinate of shared data (0 for one point; 1 where the model does
+        not classify: no regime is read from it)."""
+        from samflow.model import Problem, major_coordinate
+
+        if not self.data:
+            return 0
+        if not self.model.classifies:
+            return 1
+        return major_coordinate(Problem(*map(np.asarray, self.data)))
 
     def points(self, flat: np.ndarray) -> Points:
         """Inputs of the grid points with flat indices ``flat`` ``[C]`` (NumPy float64).
@@ -319,6 +424,8 @@ class SweepSpec:
             if f"alpha_{j}" in values:
                 alpha[:, j - 1] = values[f"alpha_{j}"]
         theta0 = np.where(layer_rows(depth, n_layers), alpha[:, None, :], 1.0)
+        if self.parametrization == "uv":  # u = alpha, v = 0 (docs/theory.md §10)
+            theta0[:, 1] = 0.0
         if "mu" in values:
             X = np.asarray(self.mu_set, dtype=np.float64)[values["mu"]][:, None, :]
         elif self.mu:
@@ -334,6 +441,7 @@ class SweepSpec:
             depth=np.asarray(depth, np.int64),
             rho=np.broadcast_to(values.get("rho", self.rho), (C,)).astype(np.float64),
             eta=np.broadcast_to(values.get("eta", eta), (C,)).astype(np.float64),
+            beta_star=np.asarray(self.beta_star, np.float64) if self.beta_star else None,
         )
 
     def seed_alpha(self, seeds) -> np.ndarray:

@@ -88,6 +88,8 @@ def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Datas
 def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
     """The settings of a sweep, as file attributes: what it was run with (not what it
     varied), and ``history``."""
+    from samflow.api import model_attrs
+
     varied = set(spec.axis_names)
     return dict(
         method=spec.rule.name,
@@ -104,6 +106,7 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         plateau_fraction=spec.plateau_fraction,
         flow_formulation=spec.formulation,
         history=history,
+        **model_attrs(spec),
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
     )
 
