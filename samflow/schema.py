@@ -69,6 +69,8 @@ class Variable:
         attrs: further CF attributes (``flag_values``, ``flag_meanings``, ``comment``,
             ``symbol``).
         coord: whether it is a coordinate (labels a dim) rather than a data variable.
+        classified: there only where the model classifies (:func:`classified`), in
+            every such file when ``when`` is None.
     """
 
     dims: tuple[str, ...]
@@ -78,6 +80,7 @@ class Variable:
     when: str | None = None
     attrs: Mapping[str, object] = field(default_factory=dict)
     coord: bool = False
+    classified: bool = False
 
     @property
     def fill(self) -> float | None:
@@ -89,10 +92,20 @@ class Variable:
 
 @dataclass(frozen=True)
 class Attribute:
-    """A global attribute: what it says, and when it is there (None: always)."""
+    """A global attribute: what it says, and when it is there (None: always; with
+    ``classified``, always where the model classifies, :func:`classified`)."""
 
     meaning: str
     when: str | None = None
+    classified: bool = False
+
+
+def classified(attrs: Mapping[str, object]) -> bool:
+    """Whether a file's model gives regimes: the product network with a margin loss
+    (docs/theory.md §10); a file says its model in ``parametrization`` and ``loss``
+    where it is not the default."""
+    product = attrs.get("parametrization", "product") == "product"
+    return product and attrs.get("loss", "logistic") != "squared"
 
 
 def _flags(long_name: str, dims=(), when=None) -> Variable:
@@ -237,10 +250,19 @@ class Schema:
             for key, value in _attrs(var, {**ds.attrs, **fields}).items():
                 if not np.array_equal(np.asarray(da.attrs.get(key)), np.asarray(value)):
                     problems.append(f"{name}: {key} {da.attrs.get(key)!r}, declared {value!r}")
+        regimes = classified(ds.attrs)
         for name, var in self.variables.items():
+            if var.classified and not regimes:
+                if name in ds.variables:
+                    problems.append(f"{name}: a regime label, in a file of a model without them")
+                continue
             if var.when is None and name not in ds.variables:
                 problems.append(f"{name}: declared for every {self.kind} file, missing")
         for name, attr in self.attrs.items():
+            if attr.classified and not regimes:
+                if name in ds.attrs:
+                    problems.append(f"attribute {name}: a regime label, in a file without them")
+                continue
             if attr.when is None and name not in ds.attrs:
                 problems.append(f"attribute {name}: declared for every {self.kind} file, missing")
         problems.extend(
@@ -363,7 +385,6 @@ RUN_ATTRS = {
     "active_threshold": Attribute("n_active counts |beta_j| above this", when="summaries"),
     "beta_star": Attribute("the ground truth beta* of test_error", when="beta_star given"),
 }
-CLASSIFIED = "the product network with a margin loss (logistic, exponential)"
 SUMMARIES = "summaries"
 
 # ---- The per-point results a trajectory and a sweep share -------------------------
@@ -399,7 +420,7 @@ POINT = {
         (GRID,),
         "int8",
         "regime of the trajectory",
-        when=CLASSIFIED,
+        classified=True,
         attrs={
             "flag_values": np.array(FLAG_VALUES, np.int8),
             "flag_meanings": FLAG_MEANINGS,
@@ -411,7 +432,7 @@ POINT = {
         (GRID,),
         "int32",
         "coordinate leading where the dynamics end (horizon, blow-up, guard)",
-        when=CLASSIFIED,
+        classified=True,
         attrs={"comment": LIMIT_MEANINGS},
     ),
     "first_amplified": Variable((GRID,), "int32", "first leader of the leader path (0: none)"),
@@ -541,7 +562,7 @@ TRAJECTORY = Schema(
     },
     attrs={
         **RUN_ATTRS,
-        "regime_meaning": Attribute("the regime's name (flag_meanings of regime)", when=CLASSIFIED),
+        "regime_meaning": Attribute("the regime's name (flag_meanings of regime)", classified=True),
         **{n: Attribute(POINT[n].long_name, when=POINT[n].when) for n in OUTCOMES},
         "blowup_tau": Attribute(POINT["blowup_tau"].long_name, when="a flow that blew up"),
         "blowup": Attribute("the flow ended at a finite-time blow-up (0/1)", when=FLOW),

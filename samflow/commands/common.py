@@ -97,6 +97,11 @@ def load_npz_problem(path: str) -> tuple[np.ndarray, np.ndarray]:
     Only the file is checked here; the values are checked by
     :func:`samflow.inputs.check_problem`.
     """
+    return _load_npz(path)[:2]
+
+
+def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(X, y, beta_star)`` of an ``.npz`` (``beta_star``: None when the file has none)."""
     if not os.path.isfile(path):
         raise InputError(f"data file not found: {path}")
     try:
@@ -106,7 +111,8 @@ def load_npz_problem(path: str) -> tuple[np.ndarray, np.ndarray]:
             missing = [k for k in ("X", "y") if k not in f.files]
             if missing:
                 raise InputError(f"data file {path} lacks array(s) {', '.join(missing)}")
-            return np.asarray(f["X"]), np.asarray(f["y"])
+            star = np.asarray(f["beta_star"]) if "beta_star" in f.files else None
+            return np.asarray(f["X"]), np.asarray(f["y"]), star
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         if isinstance(err, InputError):
             raise
@@ -124,7 +130,11 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--mu", help="one data point x = mu, y = +1: comma-separated, > 0")
-    src.add_argument("--data", help=".npz with X (n, d) and y (n,) in {-1, +1}")
+    src.add_argument(
+        "--data",
+        help=".npz with X (n, d) and y (n,): labels in {-1, +1} for a margin loss, real "
+        "targets for --loss squared; optionally beta_star (d,), the ground truth",
+    )
     p.add_argument(
         "--rho", type=finite_float("rho"), help="SAM radius (required for SAM; not for gd)"
     )
@@ -155,6 +165,59 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         type=finite_float("collapse-factor"),
         default=inputs.COLLAPSE_FACTOR,
         help="collapse when ||beta||_1 at the horizon < factor * ||beta(0)||_1",
+    )
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model (docs/theory.md §10) and its summaries (``trajectory``, ``phase``)."""
+    p.add_argument(
+        "--loss",
+        choices=inputs.LOSSES,
+        default="logistic",
+        help="logistic or exponential of the margin, or squared (1/2)(<beta, x> - y)^2",
+    )
+    p.add_argument(
+        "--parametrization",
+        choices=inputs.PARAMETRIZATIONS,
+        default="product",
+        help="product: beta = w^(1)...w^(L); u2-v2: beta = u^2 - v^2 from u = v = alpha; "
+        "uv: beta = u v from u = alpha, v = 0 (these two: --depth 2)",
+    )
+    p.add_argument(
+        "--beta-star",
+        metavar="FILE.npy",
+        help="ground truth beta* (d,) for test_error = ||beta - beta*||^2 (or a key "
+        "beta_star in the --data file)",
+    )
+    p.add_argument(
+        "--sharpness",
+        action="store_true",
+        help="also record the top eigenvalue and the trace of the loss's Hessian",
+    )
+    p.add_argument(
+        "--active-threshold",
+        type=finite_float("active-threshold"),
+        default=inputs.ACTIVE_THRESHOLD,
+        help="n_active counts |beta_j| above this",
+    )
+
+
+def model_from_args(args: argparse.Namespace) -> dict:
+    """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`."""
+    star = None
+    if args.beta_star is not None:
+        star = load_array(args.beta_star, "beta-star")
+    if args.data is not None:
+        in_file = _load_npz(args.data)[2]
+        if in_file is not None and star is not None:
+            raise InputError(f"beta_star is in {args.data} and given by --beta-star: give one")
+        star = in_file if star is None else star
+    return dict(
+        loss=args.loss,
+        parametrization=args.parametrization,
+        beta_star=star,
+        sharpness=args.sharpness,
+        active_threshold=args.active_threshold,
     )
 
 

@@ -7,12 +7,14 @@ import argparse
 import numpy as np
 
 from samflow.commands.common import (
+    add_model_args,
     add_output_args,
     add_problem_args,
     finite_float,
     float_list,
     integer,
     load_array,
+    model_from_args,
     problem_from_args,
     runner_from_args,
 )
@@ -30,6 +32,7 @@ def register(sub) -> None:
         "a rerun of the same command resumes there.",
     )
     add_problem_args(p)
+    add_model_args(p)
     p.add_argument(
         "--axis",
         action="append",
@@ -116,6 +119,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
         collapse_factor=args.collapse_factor,
         plateau_fraction=args.plateau_fraction,
         save_trajectories=args.save_trajectories,
+        **model_from_args(args),
     )
 
 
@@ -127,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.out, NETCDF_SUFFIXES)
     if args.figure:
         check_output(args.figure, FIGURE_SUFFIXES)
+        if kwargs["parametrization"] != "product" or kwargs["loss"] == "squared":
+            raise InputError(
+                "--figure draws a regime map: regimes need the product network and a margin "
+                "loss (logistic, exponential)"
+            )
     ds = sweep(
         **kwargs,
         out=args.out,
@@ -134,12 +143,13 @@ def run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         history=args.command_line,
     )
-    counts = {
-        int(k): int(v)
-        for k, v in zip(*np.unique(ds["regime"].values, return_counts=True), strict=True)
-    }
-    if not args.quiet:
+    if not args.quiet and "regime" in ds:
+        values, n = np.unique(ds["regime"].values, return_counts=True)
+        counts = {int(k): int(v) for k, v in zip(values, n, strict=True)}
         print(f"{args.out}: {ds['regime'].size} grid points, regime counts {counts}")
+    elif not args.quiet:
+        size = ds["loss"][..., -1].size
+        print(f"{args.out}: {size} grid points (no regimes: {args.parametrization}, {args.loss})")
     if args.figure:
         import matplotlib.pyplot as plt
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 
 from samflow.commands.common import (
+    add_model_args,
     add_output_args,
     add_problem_args,
     finite_float,
     float_list,
     load_array,
+    model_from_args,
     problem_from_args,
     runner_from_args,
 )
@@ -24,6 +26,7 @@ def register(sub) -> None:
         "Python: samflow.trajectory(...).",
     )
     add_problem_args(p)
+    add_model_args(p)
     init = p.add_mutually_exclusive_group(required=True)
     init.add_argument("--alpha", type=finite_float("alpha"), help="uniform scale: w^(l) = alpha")
     init.add_argument("--alpha-per-coord", help="per-coordinate scales a1,..,ad")
@@ -63,13 +66,16 @@ def run(args: argparse.Namespace) -> int:
         save_theta=args.save_theta,
         collapse_factor=args.collapse_factor,
         history=args.command_line,
+        **model_from_args(args),
     )
     write_dataset(ds, args.out)
-    if not args.quiet:
+    if not args.quiet and "regime" in ds:
         print(
             f"{args.out}: regime {int(ds['regime'])} ({ds.attrs['regime_meaning']}), "
             f"limit coordinate {int(ds['limit_coord'])}"
         )
+    elif not args.quiet:
+        print(f"{args.out}: final loss {float(ds['loss'][-1]):.6g} ({args.loss} loss)")
     if args.figure:
         import matplotlib.pyplot as plt
 
