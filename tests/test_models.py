@@ -1,0 +1,352 @@
+"""Parametrisations, losses and their summaries (docs/theory.md §10) against references
+the engine did not produce: NumPy float64 steps and gradients written here, SciPy's
+``solve_ivp`` for the flows, ``jax.hessian`` and NumPy finite differences for the
+Hessian."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from tolerance import norm_rel
+
+import samflow
+from samflow.discrete import simulate
+from samflow.errors import InputError
+from samflow.flows import FlowConfig, formulation_for, integrate
+from samflow.model import Model, Problem
+from samflow.precision import precision
+from samflow.rules import get_rule
+from samflow.runners import Flow
+from samflow.sweeps.spec import SweepSpec
+
+PARAMETRIZATIONS = ("product", "u2-v2", "uv")
+LOSSES = ("logistic", "exponential", "squared")
+COMBOS = [(p, f) for p in PARAMETRIZATIONS for f in LOSSES]
+
+_simulate = jax.jit(simulate, static_argnames=("rule", "save_theta", "model", "summaries"))
+_integrate = jax.jit(integrate, static_argnames=("rule", "config", "model"))
+
+
+# ---- Independent NumPy float64 references ------------------------------------------
+
+
+def np_beta(par, th):
+    if par == "product":
+        return np.prod(th, axis=0)
+    return th[0] ** 2 - th[1] ** 2 if par == "u2-v2" else th[0] * th[1]
+
+
+def np_jacobian(par, th):
+    if par == "product":
+        return np.stack([np.prod(np.delete(th, k, axis=0), axis=0) for k in range(len(th))])
+    return np.stack([2 * th[0], -2 * th[1]]) if par == "u2-v2" else np.stack([th[1], th[0]])
+
+
+def np_loss_terms(loss, p, y):
+    """Per point l and dl/dp, written from the definitions."""
+    if loss == "squared":
+        return 0.5 * (p - y) ** 2, p - y
+    z = y * p
+    if loss == "logistic":
+        return np.log1p(np.exp(-z)), -y / (1 + np.exp(z))
+    return np.exp(-z), -y * np.exp(-z)
+
+
+def np_loss(par, loss, th, X, y):
+    return np_loss_terms(loss, X @ np_beta(par, th), y)[0].mean()
+
+
+def np_grad(par, loss, th, X, y):
+    _, d1 = np_loss_terms(loss, X @ np_beta(par, th), y)
+    return (X.T @ d1 / len(y))[None] * np_jacobian(par, th)
+
+
+def np_sam_l2(par, loss, th, X, y, rho, eta, steps):
+    out = [th]
+    for _ in range(steps):
+        g = np_grad(par, loss, th, X, y)
+        th = th - eta * np_grad(par, loss, th + rho * g / np.linalg.norm(g), X, y)
+        out.append(th)
+    return np.stack(out)
+
+
+def _problem(par, loss, n=3, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    y = rng.normal(size=n) if loss == "squared" else rng.choice([-1.0, 1.0], size=n)
+    L = 3 if par == "product" else 2
+    th = 0.3 + 0.5 * rng.random((L, d))
+    return X, y, th
+
+
+# ---- Gradient, loss and one SAM run for every parametrisation x loss ---------------
+
+
+@pytest.mark.parametrize("par, loss", COMBOS)
+def test_loss_and_gradient_match_numpy(par, loss):
+    X, y, th = _problem(par, loss)
+    m = Model(par, loss)
+    with precision("float64"):
+        problem = Problem(jnp.asarray(X), jnp.asarray(y))
+        g, aux = m.grad_and_aux(jnp.asarray(th), problem, None)
+        value = m.value(jnp.asarray(th), problem)
+    # float64, a handful of products and sums: a few roundings of 1e-16.
+    assert norm_rel(g, np_grad(par, loss, th, X, y)) < 1e-12
+    assert abs(float(value) - np_loss(par, loss, th, X, y)) < 1e-12 * abs(float(value))
+    assert abs(float(aux.loss) - float(value)) < 1e-15 * abs(float(value))
+
+
+@pytest.mark.parametrize("par, loss", COMBOS)
+def test_discrete_sam_steps_match_numpy(par, loss):
+    """Five l2-SAM steps, through the engine's runner, against the NumPy step."""
+    X, y, th = _problem(par, loss, seed=1)
+    rho, eta, steps = 0.05, 0.1, 5
+    with precision("float64"):
+        traj = _simulate(
+            jnp.asarray(th),
+            Problem(jnp.asarray(X), jnp.asarray(y)),
+            th.shape[0],
+            jnp.asarray(rho),
+            jnp.asarray(eta),
+            jnp.arange(steps + 1),
+            rule=get_rule("sam-l2"),
+            save_theta=True,
+            model=Model(par, loss),
+        )
+    want = np_sam_l2(par, loss, th, X, y, rho, eta, steps)
+    # float64; five steps of O(1) maps each add a few roundings: far below 1e-10.
+    assert norm_rel(np.asarray(traj.theta), want) < 1e-10
+    assert norm_rel(np.asarray(traj.beta), np.array([np_beta(par, t) for t in want])) < 1e-10
+
+
+def test_exponential_one_point_rescaled_time():
+    """One point, exponential loss: tau grows by eta |l'(z~)| = eta exp(-z~) (z~ at the
+    perturbed point), and the product network's steps are the NumPy ones."""
+    mu = np.array([1.0, 2.0, 3.0])
+    th = np.full((2, 3), 0.2)
+    rho, eta = 0.1, 0.2
+    traj = samflow.trajectory(
+        "sam-l2", depth=2, mu=mu, rho=rho, alpha=0.2, loss="exponential",
+        runner=samflow.Discrete(eta=eta, steps=4, record_every=1), save_theta=True,
+    )  # fmt: skip
+    X, y = mu[None], np.ones(1)
+    want = np_sam_l2("product", "exponential", th, X, y, rho, eta, 4)
+    tau = [0.0]
+    for t in want[:-1]:
+        g = np_grad("product", "exponential", t, X, y)
+        tilde = t + rho * g / np.linalg.norm(g)
+        tau.append(tau[-1] + eta * np.exp(-mu @ np_beta("product", tilde)))
+    # float64 through four steps: roundings only.
+    assert norm_rel(traj["theta"].values, want) < 1e-10
+    assert norm_rel(traj["tau"].values, np.array(tau)) < 1e-10
+    assert "regime" in traj  # a margin loss on the product network classifies
+
+
+# ---- Flows against SciPy -----------------------------------------------------------
+
+
+def _scipy_flow(field, y0, t_max, times):
+    sol = solve_ivp(field, (0, t_max), y0, method="DOP853", t_eval=times, rtol=1e-11, atol=1e-13)
+    return sol.y.T
+
+
+def _solve(par, loss, th, X, y, method, rho, times, formulation="auto"):
+    rule = get_rule(method)
+    model = Model(par, loss)
+    balanced = bool(np.all(th == th[:1]) and np.all(th > 0))
+    form = formulation_for(rule, formulation, False, balanced, model)
+    runner = Flow(rtol=1e-10, atol=1e-12, formulation=formulation)
+    with precision("float64") as dt:
+        sol = _integrate(
+            jnp.asarray(th),
+            Problem(jnp.asarray(X), jnp.asarray(y)),
+            th.shape[0],
+            jnp.asarray(rho),
+            jnp.asarray(times),
+            rule=rule,
+            config=FlowConfig.of(runner, form, dt),
+            major=1,
+            model=model,
+        )
+    return form, jax.tree_util.tree_map(np.asarray, sol)
+
+
+@pytest.mark.parametrize(
+    "par, loss, method, formulation",
+    [
+        ("u2-v2", "squared", "gd", "linear"),
+        ("u2-v2", "squared", "gd", "auto"),  # the log-space form
+        ("uv", "squared", "sam-l2", "auto"),
+        ("uv", "logistic", "gd", "auto"),
+        ("u2-v2", "exponential", "sam-l2", "auto"),
+        ("product", "squared", "sam-l2", "auto"),
+    ],
+)
+def test_flow_matches_scipy(par, loss, method, formulation):
+    """The gradient (or SAM) flow in plain time, several points, against DOP853 on a
+    field written here from the NumPy gradient."""
+    X, y, _ = _problem(par, loss, n=3, d=3, seed=2)
+    th = np.full((2, 3), 0.3)
+    if par == "uv":
+        th[1] = 0.0
+    rho = 0.05 if method == "sam-l2" else 0.0
+    times = np.linspace(0.0, 2.0, 5)
+
+    def field(t, flat):
+        w = flat.reshape(th.shape)
+        g = np_grad(par, loss, w, X, y)
+        if rho:
+            g = np_grad(par, loss, w + rho * g / np.linalg.norm(g), X, y)
+        return -g.ravel()
+
+    want = _scipy_flow(field, th.ravel(), times[-1], times).reshape(-1, *th.shape)
+    form, sol = _solve(par, loss, th, X, y, method, rho, times, formulation)
+    assert form == ("log" if (par, method, formulation) == ("u2-v2", "gd", "auto") else "linear")
+    # rtol 1e-10 in both solvers over a horizon of O(1) steps of an O(1) field: errors
+    # of 1e-9 relative at most; 1e-7 leaves room and is far below any wrong field.
+    assert norm_rel(sol.theta, want) < 1e-7
+    assert not sol.failed
+
+
+def test_log_flow_from_tiny_alpha_matches_scipy():
+    """u2-v2 gradient flow from alpha = 1e-8 in log space, against SciPy on the same
+    problem solved independently in R, with beta = -2 alpha^2 sinh(4 R) written here:
+    the well-conditioned state is what lets the saddle-to-saddle runs go this small."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(3, 5))
+    star = np.array([1.0, -0.5, 0, 0, 0])
+    y = X @ star
+    a = 1e-8
+    times = np.array([0.0, 2.0, 5.0, 10.0, 20.0])
+
+    def field(t, R):
+        beta = -2 * a * a * np.sinh(4 * R)
+        return X.T @ (X @ beta - y) / len(y)
+
+    R = _scipy_flow(field, np.zeros(5), times[-1], times)
+    want = -2 * a * a * np.sinh(4 * R)
+    form, sol = _solve("u2-v2", "squared", np.full((2, 5), a), X, y, "gd", 0.0, times)
+    assert form == "log"
+    # Relative to the scale of beta at each time (it grows from 0 to O(1)): the log
+    # state is O(log(1/a)) ~ 10 and both solvers keep rtol 1e-10 on it.
+    for got, ref in zip(sol.beta, want, strict=True):
+        assert np.linalg.norm(got - ref) <= 1e-6 * max(np.linalg.norm(ref), 1e-300)
+    assert np.linalg.norm(X @ sol.beta[-1] - y) < 1e-3  # it interpolates by t = 20
+
+
+# ---- Hessian and sharpness ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("par, loss", COMBOS)
+def test_hessian_matches_jax_and_finite_differences(par, loss):
+    X, y, th = _problem(par, loss, seed=4)
+    m = Model(par, loss)
+    with precision("float64"):
+        problem = Problem(jnp.asarray(X), jnp.asarray(y))
+        H = np.asarray(m.hessian(jnp.asarray(th), problem))
+        H_jax = np.asarray(jax.hessian(lambda t: m.value(t, problem))(jnp.asarray(th)))
+        top, trace = m.sharpness(jnp.asarray(th), problem)
+    k = th.size
+    # jax.hessian differentiates the same loss in another order: roundings only.
+    assert norm_rel(H, H_jax.reshape(k, k)) < 1e-12
+    # Central differences of the NumPy gradient: error O(h^2) ~ 1e-10 plus rounding
+    # eps / h ~ 1e-11 relative; 1e-7 is far below any wrong entry (O(1)).
+    h = 1e-5
+    fd = np.empty((k, k))
+    for i in range(k):
+        e = np.zeros(k)
+        e[i] = h
+        plus = np_grad(par, loss, th + e.reshape(th.shape), X, y).ravel()
+        minus = np_grad(par, loss, th - e.reshape(th.shape), X, y).ravel()
+        fd[:, i] = (plus - minus) / (2 * h)
+    assert norm_rel(H, fd) < 1e-7
+    eig = np.linalg.eigvalsh((fd + fd.T) / 2)
+    assert abs(float(top) - eig.max()) < 1e-6 * np.abs(eig).max()
+    assert abs(float(trace) - np.trace(fd)) < 1e-6 * np.abs(eig).max()
+
+
+def test_sharpness_with_padding_rows_is_the_real_networks():
+    """Depth 2 padded to 4 rows (a depth axis): the padding adds zero eigenvalues only,
+    and the trace and top eigenvalue are those of the depth-2 Hessian."""
+    X, y, th = _problem("product", "logistic", seed=5)
+    th2 = th[:2]
+    padded = np.concatenate([th2, np.ones((2, th.shape[1]))])
+    m = Model()
+    with precision("float64"):
+        problem = Problem(jnp.asarray(X), jnp.asarray(y))
+        mask = jnp.asarray([1.0, 1.0, 0.0, 0.0])[:, None]
+        top_p, tr_p = m.sharpness(jnp.asarray(padded), problem, mask)
+        top, tr = m.sharpness(jnp.asarray(th2), problem)
+    assert abs(float(top_p) - float(top)) < 1e-12 * abs(float(top))
+    assert abs(float(tr_p) - float(tr)) < 1e-12 * abs(float(tr))
+
+
+def test_summaries_in_a_sweep_match_the_records():
+    """A sweep's summaries (batch-last, in the record loop) against NumPy on its beta."""
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(4, 6))
+    star = np.array([1.0, 0.0, 0.0, -1.0, 0.0, 0.0])
+    y = X @ star
+    ds = samflow.sweep(
+        "sam-l2", depth=2, data=(X, y), loss="squared", parametrization="u2-v2",
+        axes={"rho": [0.0, 0.05]}, alpha=0.1, beta_star=star, sharpness=True,
+        save_trajectories=True, runner=samflow.Discrete(eta=0.05, steps=200),
+    )  # fmt: skip
+    beta = ds["beta"].values  # [rho, time, coord]
+    assert "regime" not in ds and "limit_coord" not in ds
+    # float64 reductions over 6 coordinates: roundings only.
+    assert norm_rel(ds["l1_norm"].values, np.abs(beta).sum(-1)) < 1e-12
+    assert norm_rel(ds["l2_norm"].values, np.linalg.norm(beta, axis=-1)) < 1e-12
+    assert norm_rel(ds["test_error"].values, ((beta - star) ** 2).sum(-1)) < 1e-12
+    assert np.array_equal(ds["n_active"].values, (np.abs(beta) > 1e-3).sum(-1))
+    assert np.all(np.isfinite(ds["sharpness"].values))
+    assert np.all(ds["sharpness"].values >= ds["hessian_trace"].values / 12)  # lambda_max >= mean
+    assert ds.attrs["loss"] == "squared" and ds.attrs["parametrization"] == "u2-v2"
+
+
+# ---- Inputs ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(loss="hinge"), "unknown loss 'hinge'"),
+        (dict(parametrization="w3"), "unknown parametrization 'w3'"),
+        (dict(parametrization="u2-v2", depth=3), "depth must be 2"),
+        (dict(data=(np.eye(2), np.array([0.5, 1.0]))), "labels must be -1 or +1"),
+        (dict(data=(np.eye(2), np.array([np.nan, 1.0])), loss="squared"), "NaN or inf"),
+        (dict(beta_star=np.ones(3)), "beta_star must have shape (2,)"),
+        (dict(beta_star=np.ones(2), summaries=False), "need summaries on"),
+    ],
+)
+def test_bad_model_inputs_are_refused(kwargs, message):
+    args = dict(depth=2, data=(np.eye(2), np.array([1.0, -1.0])), runner=samflow.Discrete())
+    args.update(kwargs)
+    with pytest.raises(InputError, match=re.escape(message)):
+        SweepSpec.from_inputs("gd", **args)
+
+
+def test_squared_loss_on_one_point_is_allowed():
+    """mu with the squared loss: the target y = 1, plain time (no rescaling)."""
+    ds = samflow.trajectory(
+        "gd", depth=2, mu=[1.0, 2.0], alpha=0.5, loss="squared",
+        runner=samflow.Discrete(eta=0.1, steps=5, record_every=1),
+    )  # fmt: skip
+    assert np.allclose(ds["tau"].values, 0.1 * np.arange(6), rtol=0, atol=1e-15)
+    assert "regime" not in ds and "regime_meaning" not in ds.attrs
+    assert ds["tau"].attrs["long_name"] == "time eta * steps"
+    assert ds["loss"].attrs["long_name"] == "squared loss"
+
+
+def test_default_sweep_key_is_unchanged():
+    """The paper's model keeps its sweep key (so old stores resume): the key below is
+    the one computed before the model options existed (commit 850addb)."""
+    args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
+    spec = SweepSpec.from_inputs("gd", **args)
+    assert not spec.summaries and spec.key() == "7dca2231ec6b9a49"
+    assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
