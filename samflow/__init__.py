@@ -11,7 +11,8 @@ Where things live:
 - :mod:`samflow.rules`: GD / l2-SAM / linf-SAM / USAM as perturbation rules (and yours).
 - :mod:`samflow.steps`: one step over any pytree; :mod:`samflow.transform`: SAM around
   an optax optimiser; :mod:`samflow.fit`: the discrete runner for any model and loss.
-- :mod:`samflow.model`: the L-layer linear diagonal network, loss, explicit gradient.
+- :mod:`samflow.model`: the diagonal network (product, u2-v2, uv) and its losses
+  (logistic, exponential, squared), explicit gradient and Hessian (:class:`Model`).
 - :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
 - :mod:`samflow.discrete`, :mod:`samflow.flows`: the discrete run and the diffrax flow.
 - :mod:`samflow.engine`: the point runner every path goes through.
@@ -45,6 +46,7 @@ _WHERE = {
     "USAM": "samflow.rules",
     "Discrete": "samflow.runners",
     "FitResult": "samflow.fit",
+    "Model": "samflow.model",
     "Flow": "samflow.runners",
     "PerturbationRule": "samflow.rules",
     "SweepSpec": "samflow.sweeps.spec",

@@ -17,6 +17,7 @@ fuses into that loop (:mod:`samflow.layout`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -322,6 +323,19 @@ class Model:
         if problem.X.shape[0] != 1 or not self.margin_loss:
             raise ValueError("ascent_direction needs one data point and a margin loss")
         return _masked(-(problem.y[0] * problem.X[0])[None] * self.jacobian(theta), mask)
+
+    def loss_fn(self, X, y) -> Callable[[Array], Array]:
+        """``theta [rows, d] -> []``: this model's training loss on ``(X [n, d], y [n])``,
+        a loss for :func:`samflow.fit` (checked as the engine checks data)."""
+        from samflow.inputs import check_problem
+
+        X, y = check_problem(data=(X, y), loss=self.loss)  # NumPy float64
+
+        def value(theta: Array) -> Array:
+            dt = theta.dtype
+            return self.value(theta, Problem(jnp.asarray(X, dt), jnp.asarray(y, dt)))
+
+        return value
 
     def underflow(self, theta0: Array) -> Array:
         """``[*batch]``: whether ``beta(0)`` lost a coordinate to underflow (a product of

@@ -393,3 +393,49 @@ def test_default_sweep_key_is_unchanged():
     spec = SweepSpec.from_inputs("gd", **args)
     assert not spec.summaries and spec.key() == "7dca2231ec6b9a49"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
+
+
+def test_fit_takes_the_models_loss():
+    """``Model.loss_fn`` as a ``samflow.fit`` loss: three GD steps of uv with the squared
+    loss are the NumPy ones."""
+    X, y, _ = _problem("uv", "squared", seed=8)
+    th = np.stack([np.full(4, 0.5), np.zeros(4)])
+    res = samflow.fit(
+        samflow.Model("uv", "squared").loss_fn(X, y), th, "gd",
+        runner=samflow.Discrete(eta=0.1, steps=3, record_every=1), dtype="float64",
+        save_params=True,
+    )  # fmt: skip
+    want = [th]
+    for _ in range(3):
+        want.append(want[-1] - 0.1 * np_grad("uv", "squared", want[-1], X, y))
+    # float64, three steps: roundings only.
+    assert norm_rel(np.asarray(res.saved_params), np.array(want)) < 1e-12
+    with pytest.raises(InputError, match="labels must be"):
+        samflow.Model("uv", "logistic").loss_fn(X, y)
+
+
+def test_command_line_regression_file(tmp_path):
+    """``samflow trajectory`` with --loss squared --parametrization u2-v2 on a tiny
+    problem: beta_star from the --data file, the summaries in the written file, no
+    regime; the schema accepts it."""
+    import xarray as xr
+
+    from samflow.cli import main
+    from samflow.schema import TRAJECTORY
+
+    X = _problem("u2-v2", "squared", n=3, d=4, seed=9)[0]
+    star = np.array([1.0, 0.0, 0.0, 0.0])
+    np.savez(tmp_path / "reg.npz", X=X, y=X @ star, beta_star=star)
+    out = tmp_path / "r.nc"
+    argv = [
+        "trajectory", "--method", "gd", "--depth", "2", "--data", str(tmp_path / "reg.npz"),
+        "--loss", "squared", "--parametrization", "u2-v2", "--alpha", "0.1",
+        "--steps", "50", "--eta", "0.1", "--out", str(out), "-q",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    with xr.open_dataset(out) as ds:
+        assert TRAJECTORY.check(ds) == []
+        assert "regime" not in ds and ds.attrs["loss"] == "squared"
+        beta = ds["beta"].values
+        assert norm_rel(ds["test_error"].values, ((beta - star) ** 2).sum(-1)) < 1e-12
+    assert main([*argv[:-3], "--beta-star", str(tmp_path / "x.npy"), "--out", str(out)]) == 2
