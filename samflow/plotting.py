@@ -72,6 +72,9 @@ def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = No
             f"{a.get('method')}, L = {a.get('depth')}, {where}, {start_label(a)}, "
             f"rho = {a.get('rho')}, {a.get('mode')}: {a.get('regime_meaning', '?')}"
         )
+        if "regime_meaning" not in a:  # a model without regimes (docs/theory.md §10)
+            model = f"{a.get('parametrization', 'product')}, {a.get('loss', 'logistic')} loss"
+            title = title.replace(": ?", f": {model}")
     ax_share.set_title(title, fontsize=10)
     return fig
 
