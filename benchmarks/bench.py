@@ -402,18 +402,18 @@ MODEL_OPTIONS = (
     ("u2-v2, squared + sharpness", "u2-v2", "squared", True, True),
     ("uv, squared + summaries", "uv", "squared", True, False),
 )
-"""Case 7's rows: the cost of the model options in a sweep, against the first."""
+"""Case 8's rows: the cost of the model options in a sweep, against the first."""
 
 
 def model_options_case(rows, args):
-    """Case 7: the same discrete l2-SAM sweep (an (alpha, rho) grid, n = 8 points in
+    """Case 8: the same discrete l2-SAM sweep (an (alpha, rho) grid, n = 8 points in
     d = 16) with each parametrisation, loss and summary option; the cost of each as a
     ratio to the paper's model (product, logistic, no summaries) in the same run."""
     from samflow.rules import SAM_L2
     from samflow.runners import Discrete
     from samflow.sweeps.spec import SweepSpec
 
-    case = "7 model options, n=8 d=16"
+    case = "8 model options, n=8 d=16"
     rng = np.random.default_rng(0)
     X = rng.normal(size=(8, 16))
     star = np.zeros(16)
@@ -537,7 +537,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
-    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 7 mem")
+    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 8 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
@@ -557,7 +557,7 @@ def main(argv=None) -> int:
     args.cnn_steps = 100 if full else 4  # evaluations at both ends: <1 ms per step
     args.model_points = 4096 if full else 256
     args.model_steps = 2000 if full else 200
-    only = set(args.only or ["1", "2", "3", "4", "5", "6", "7", "mem"])
+    only = set(args.only or ["1", "2", "3", "4", "5", "6", "8", "mem"])
 
     results = {"machine": machine(), "rows": [], "memory": [], "notes": []}
     rows = results["rows"]
@@ -607,8 +607,8 @@ def main(argv=None) -> int:
     if "6" in only:
         print("case 6: compile cache, first and second process")
         compile_cache_case(rows, args)
-    if "7" in only:
-        print("case 7: model options (parametrisation, loss, summaries, sharpness)")
+    if "8" in only:
+        print("case 8: model options (parametrisation, loss, summaries, sharpness)")
         model_options_case(rows, args)
     if "mem" in only:
         print("case 4c: peak memory against grid size")
@@ -639,7 +639,7 @@ def main(argv=None) -> int:
         "a shared machine). The 15 x 16 phase map runs after the 16 x 16 one: both "
         "pad to 256 points, so even its first process finds its program on disk. What is "
         "left in a second process: starting Python and JAX, tracing, writing the file.",
-        "Case 7: the same discrete l2-SAM sweep (square (alpha, rho) grid, eta = "
+        "Case 8: the same discrete l2-SAM sweep (square (alpha, rho) grid, eta = "
         f"{ETA}, n = 8 Gaussian points in d = 16, 3-sparse beta*, logistic labels its "
         "signs) with each model option; 'cost x' is the paper's model's rate over the "
         "row's, measured in the same run. Summaries (l1, l2, n_active, test_error) and "
