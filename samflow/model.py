@@ -382,21 +382,79 @@ class Model:
     ) -> tuple[Array, Array]:
         """``(lambda_max, trace)`` of the Hessian, each ``[*batch]``.
 
-        ``lambda_max`` is the largest (algebraic) eigenvalue, by an exact symmetric
-        eigensolve of the ``L_max d x L_max d`` matrix (:data:`samflow.inputs.MAX_HESSIAN`
-        bounds its size). Padding rows add zero eigenvalues, which never exceed
-        ``lambda_max``: the second term of the Hessian has zero trace in every block
-        (``B`` has a zero diagonal for the product, ``diag(2, -2)`` or a zero diagonal
-        for u2-v2 and uv) and the first is positive semidefinite for a convex loss, so
+        ``lambda_max`` is the largest (algebraic) eigenvalue of the ``L_max d x L_max d``
+        matrix, solved to the dtype's precision by :func:`top_eigenvalue`
+        (:data:`samflow.inputs.MAX_HESSIAN` bounds its size). Padding rows add zero
+        eigenvalues, which never exceed ``lambda_max``: the second term of the Hessian
+        has zero trace in every block (``B`` has a zero diagonal for the product and uv,
+        ``diag(2, -2)`` for u2-v2) and the first is positive semidefinite for a convex
+        loss, so
         ``lambda_max >= trace / (L d) >= 0`` (derived here).
         """
         H, trace = self._hessian_parts(theta, problem, mask)
         L, d = theta.shape[:2]
-        batch = theta.shape[2:]
-        H = H.reshape(L * d, L * d, *batch)
-        H = jnp.moveaxis(H.reshape(L * d, L * d, -1), -1, 0)
-        top = jnp.max(jnp.linalg.eigvalsh(H), axis=-1).reshape(batch)
-        return top, trace
+        return top_eigenvalue(H.reshape(L * d, L * d, *theta.shape[2:])), trace
+
+
+def top_eigenvalue(H: Array, iterations: int = 64) -> Array:
+    """The largest eigenvalue of symmetric ``H`` ``[n, n, *batch]`` -> ``[*batch]``, in
+    plain XLA operations (batch-last, so it runs inside a tile of a sweep).
+
+    Householder reduction to a tridiagonal matrix ``T`` (``n - 2`` reflections ``P = I -
+    2 v v^T``, each ``A <- P A P = A - 2 v w^T - 2 w v^T + 4 (v.w) v v^T`` with ``w = A
+    v``: backward stable), then bisection on the Sturm count of ``T``: the number of
+    negative pivots of the ``LDL^T`` factorisation of ``T - s I``, ``q_0 = T_00 - s``,
+    ``q_i = T_ii - s - T_{i,i-1}^2 / q_{i-1}``, is the number of eigenvalues below ``s``
+    (Sylvester's law of inertia), starting from the Gershgorin interval and halving it
+    ``iterations`` times. Not LAPACK's ``syevd``: that custom call deadlocked in a sweep
+    sharded over several CPU devices (two tiles solving at once), and the bisection
+    needs nothing but elementwise loops.
+    """
+    n = H.shape[0]
+    index = jnp.arange(n).reshape(n, *(1,) * (H.ndim - 2))
+
+    def reflect(k, A):
+        x = jnp.where(index > k, jax.lax.dynamic_index_in_dim(A, k, 1, keepdims=False), 0.0)
+        pivot = index == k + 1
+        first = sum_rows(jnp.where(pivot, x, 0.0))
+        alpha = -jnp.where(first >= 0, 1.0, -1.0) * jnp.sqrt(sum_rows(x * x))
+        v = x - jnp.where(pivot, alpha, 0.0)
+        vnorm = jnp.sqrt(sum_rows(v * v))
+        v = jnp.where(vnorm > 0, v / jnp.where(vnorm > 0, vnorm, 1.0), 0.0)
+        w = jnp.einsum("ij...,j...->i...", A, v)
+        K = sum_rows(v * w)
+        A = A - 2 * v[:, None] * w[None] - 2 * w[:, None] * v[None]
+        return A + 4 * K * v[:, None] * v[None]
+
+    A = jax.lax.fori_loop(0, max(n - 2, 0), reflect, H)
+    diag = jnp.einsum("ii...->i...", A)
+    off = jnp.einsum("ii...->i...", A[1:, :-1])  # T[i + 1, i], [n - 1, *batch]
+    pad = jnp.zeros_like(diag[:1])
+    radius = jnp.abs(jnp.concatenate([off, pad])) + jnp.abs(jnp.concatenate([pad, off]))
+    lo, hi = jnp.min(diag - radius, axis=0), jnp.max(diag + radius, axis=0)
+    tiny = jnp.finfo(H.dtype).tiny
+    off2 = jnp.concatenate([pad, off * off])  # off2[i] = T[i, i - 1]^2, 0 for i = 0
+
+    def below(s):  # eigenvalues of T below s, [*batch]
+        def pivot(i, carry):
+            q, count = carry
+            q = jnp.where(jnp.abs(q) < tiny, -tiny, q)
+            d_i = jax.lax.dynamic_index_in_dim(diag, i, 0, keepdims=False)
+            e_i = jax.lax.dynamic_index_in_dim(off2, i, 0, keepdims=False)
+            q = d_i - s - e_i / q
+            return q, count + (q < 0)
+
+        q0 = jnp.ones_like(s)  # T[0, -1] = 0: the first pivot is diag[0] - s
+        return jax.lax.fori_loop(0, n, pivot, (q0, jnp.zeros(s.shape, jnp.int32)))[1]
+
+    def halve(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        top_below = below(mid) == n  # every eigenvalue is below mid
+        return jnp.where(top_below, lo, mid), jnp.where(top_below, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, iterations, halve, (lo, hi))
+    return 0.5 * (lo + hi)
 
 
 DEFAULT = Model()

@@ -524,7 +524,7 @@ POINT = {
         FLOAT,
         "largest eigenvalue of the Hessian of the training loss in theta",
         when="sharpness",
-        attrs={"comment": "exact eigensolve of the L d x L d Hessian (docs/theory.md 10.4)"},
+        attrs={"comment": "of the L d x L d Hessian, to the dtype's precision (theory.md 10.4)"},
     ),
     "hessian_trace": Variable(
         (GRID, "time"),
