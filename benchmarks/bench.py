@@ -643,8 +643,8 @@ def main(argv=None) -> int:
         f"{ETA}, n = 8 Gaussian points in d = 16, 3-sparse beta*, logistic labels its "
         "signs) with each model option; 'cost x' is the paper's model's rate over the "
         "row's, measured in the same run. Summaries (l1, l2, n_active, test_error) and "
-        "the sharpness (an exact eigensolve of the 32 x 32 Hessian) are taken at every "
-        "record (steps / 100).",
+        "the sharpness (the top eigenvalue of the 32 x 32 Hessian, samflow.model."
+        "top_eigenvalue) are taken at every record (steps / 100).",
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)
