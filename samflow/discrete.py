@@ -90,6 +90,93 @@ class Trajectory(NamedTuple):
     summaries: dict[str, Array] | None = None
 
 
+class Network(NamedTuple):
+    """What a discrete run steps and reads: the parameters in some state, the step, and
+    the quantities records are made of (``*batch`` the trailing grid axes).
+
+    Fields:
+        state0: the initial state: ``theta`` ``[L_max, d, *batch]`` for the general
+            network (:func:`general_network`), one layer ``u`` ``[d, *batch]`` for the
+            balanced one (:func:`samflow.balanced.network`).
+        step: ``(t, state, key) -> (state, lprime_abs)``: step number ``t`` (from 0),
+            this step's PRNG key (None unless the rule is random); ``lprime_abs``
+            ``[*batch]`` is the rescaling factor of the step (docs/theory.md §3).
+        beta: ``state -> [d, *batch]`` the predictor.
+        loss: ``state -> [*batch]`` the loss.
+        theta: ``state -> [L_max, d, *batch]`` the parameters.
+        finite: ``state -> bool [*batch]``: the parameters, beta and (for a rule that
+            perturbs) the perturbed point's margins are finite.
+    """
+
+    state0: Any
+    step: Callable
+    beta: Callable
+    loss: Callable
+    theta: Callable
+    finite: Callable
+
+
+def general_network(
+    theta0: Array,
+    problem: Problem,
+    depth: Array | int,
+    rho: Array | float,
+    eta: Array | float,
+    rule: PerturbationRule,
+    model: Model = DEFAULT,
+) -> Network:
+    """Every layer of ``theta0`` ``[L_max, d, *batch]``, stepped by :func:`samflow.steps.step`
+    (rows beyond ``depth`` are padding: masked, unless ``depth`` is the static row
+    count); ``model`` the parametrisation and loss."""
+    beta = model.beta
+    batch_ndim = theta0.ndim - 2
+    # No padding rows (depth is the static row count): nothing to mask.
+    unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
+    mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
+
+    def grad_fn(theta):
+        return model.grad_and_aux(theta, problem, mask)
+
+    # One data point: the ascent direction needs no loss derivative (docs/theory.md §3).
+    ascent_fn = None
+    if problem.X.shape[0] == 1 and model.margin_loss:
+
+        def ascent_fn(theta):
+            return model.ascent_direction(theta, problem, mask)
+
+    def one_step(t, theta, key):
+        new, info = step(
+            theta, grad_fn, rule, rho, eta,
+            ascent_fn=ascent_fn, batch_ndim=batch_ndim, key=key, t=t,
+        )  # fmt: skip
+        return new, info.aux_perturbed.lprime_abs
+
+    def finite(theta):
+        # beta too: finite layers can still multiply to an overflow.
+        ok = jnp.all(jnp.isfinite(theta), axis=(0, 1))
+        ok = ok & jnp.all(jnp.isfinite(beta(theta)), axis=0)
+        if rule.direction is None or rule.random:
+            return ok
+        # The perturbed point too: beyond the dtype's range its margin overflows and the
+        # gradient underflows to zero, a stall that would pass for a limit. Checked at each
+        # record, not each step (a per-step check cost 40% of a sweep).
+        if ascent_fn is not None and rule.scale_invariant:
+            ascent = ascent_fn(theta)
+        else:
+            ascent = grad_fn(theta)[0]
+        perturbed = rule.perturbed(theta, ascent, rho, batch_ndim)
+        return ok & jnp.all(jnp.isfinite(model.predictions(perturbed, problem)), axis=0)
+
+    return Network(
+        state0=theta0,
+        step=one_step,
+        beta=beta,
+        loss=lambda theta: model.value(theta, problem),
+        theta=lambda theta: theta,
+        finite=finite,
+    )
+
+
 def simulate(
     theta0: Array,
     problem: Problem,
@@ -107,6 +194,7 @@ def simulate(
     key: Array | None = None,
     model: Model = DEFAULT,
     summaries: Callable | None = None,
+    balanced: bool = False,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
@@ -124,102 +212,86 @@ def simulate(
     parametrisation and loss (static; default the paper's). ``summaries``: static
     ``(theta, mask) -> dict`` of ``[*batch]`` values taken at every record
     (:func:`samflow.summaries.record_summaries`).
+    ``balanced`` (static): every real layer of ``theta0`` is the same vector, the rule
+    treats layers alike (:attr:`samflow.rules.PerturbationRule.treats_layers_alike`) and
+    the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
+    caller checks the start, :func:`samflow.balanced.applies`).
     """
-    beta = model.beta
-    batch_ndim = theta0.ndim - 2
-    # No padding rows (depth is the static row count): nothing to mask.
+    if balanced:
+        from samflow.balanced import network
+
+        if not model.default:
+            raise ValueError(f"the balanced step runs the paper's model only, not {model}")
+        net = network(theta0, problem, depth, rho, eta, rule)
+    else:
+        net = general_network(theta0, problem, depth, rho, eta, rule, model)
     unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
     mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
 
-    def grad_fn(theta):
-        return model.grad_and_aux(theta, problem, mask)
-
-    # One data point: the ascent direction needs no loss derivative (docs/theory.md §3).
-    ascent_fn = None
-    if problem.X.shape[0] == 1 and model.margin_loss:
-
-        def ascent_fn(theta):
-            return model.ascent_direction(theta, problem, mask)
-
     def one_step(t, carry):
-        theta, tau = carry
+        state, tau = carry
         step_key = None if key is None else jax.random.fold_in(key, t)
-        new, info = step(
-            theta, grad_fn, rule, rho, eta,
-            ascent_fn=ascent_fn, batch_ndim=batch_ndim, key=step_key, t=t,
-        )  # fmt: skip
-        return new, tau + eta * info.aux_perturbed.lprime_abs
+        new, lprime_abs = net.step(t, state, step_key)
+        return new, tau + eta * lprime_abs
 
-    def watch(n, state):
-        theta, tau, watched = state
-        return theta, tau, step_observer.step(watched, beta(theta), tau, n)
+    def watch(n, carry):
+        state, tau, watched = carry
+        return state, tau, step_observer.step(watched, net.beta(state), tau, n)
 
     def advance(carry, interval):
-        (theta, tau, watched), tracker = carry
+        (state, tau, watched), tracker = carry
 
-        def stepped(t, state):
-            return (*one_step(t, state[:2]), state[2])
+        def stepped(t, carry):
+            return (*one_step(t, carry[:2]), carry[2])
 
-        theta, tau, watched = take_steps(
+        state, tau, watched = take_steps(
             stepped,
-            (theta, tau, watched),
+            (state, tau, watched),
             interval.start,
             interval.length,
             unroll=unroll,
             after=watch if step_observer is not None else None,
         )
-        return (theta, tau, watched), tracker
+        return (state, tau, watched), tracker
 
-    def kept(theta, tau):
-        out = {"tau": tau, "loss": model.value(theta, problem)}
+    def kept(state, tau):
+        out = {"tau": tau, "loss": net.loss(state)}
         if summaries is not None:
-            out["summaries"] = summaries(theta, mask)
+            out["summaries"] = summaries(net.theta(state), mask)
         if record_beta:
-            out["beta"] = beta(theta)
+            out["beta"] = net.beta(state)
         if save_theta:
-            out["theta"] = theta
+            out["theta"] = net.theta(state)
         return out
 
     def record(carry):
-        (theta, tau, watched), tracker = carry
-        out = kept(theta, tau)
+        (state, tau, watched), tracker = carry
+        out = kept(state, tau)
         if observer is not None:
-            tracker, out["tracked"] = observer.track(tracker, beta(theta), out.pop("loss"))
-        return ((theta, tau, watched), tracker), out
+            tracker, out["tracked"] = observer.track(tracker, net.beta(state), out.pop("loss"))
+        return ((state, tau, watched), tracker), out
 
     def start(carry):
-        (theta, tau, watched), _ = carry
-        out = kept(theta, tau)
+        (state, tau, watched), _ = carry
+        out = kept(state, tau)
         tracker = None
         if observer is not None:
-            tracker, out["tracked"] = observer.start(beta(theta), out.pop("loss"))
-        return ((theta, tau, watched), tracker), out
+            tracker, out["tracked"] = observer.start(net.beta(state), out.pop("loss"))
+        return ((state, tau, watched), tracker), out
 
     def all_finite(carry, _):
-        (theta, tau, _), _ = carry
-        # beta too: finite layers can still multiply to an overflow.
-        finite = jnp.all(jnp.isfinite(theta), axis=(0, 1)) & jnp.isfinite(tau)
-        finite = finite & jnp.all(jnp.isfinite(beta(theta)), axis=0)
-        if rule.direction is None or rule.random:
-            return finite
-        # The perturbed point too: beyond the dtype's range its margin overflows and the
-        # gradient underflows to zero, a stall that would pass for a limit. Checked at each
-        # record, not each step (a per-step check cost 40% of a sweep).
-        if ascent_fn is not None and rule.scale_invariant:
-            ascent = ascent_fn(theta)
-        else:
-            ascent = grad_fn(theta)[0]
-        perturbed = rule.perturbed(theta, ascent, rho, batch_ndim)
-        return finite & jnp.all(jnp.isfinite(model.predictions(perturbed, problem)), axis=0)
+        (state, tau, _), _ = carry
+        return net.finite(state) & jnp.isfinite(tau)
 
     if rule.random and key is None:
         key = jax.random.key(0)
+    state0 = net.state0
     tau0 = jnp.zeros_like(theta0[0, 0])
-    watched0 = None if step_observer is None else step_observer.start(beta(theta0), tau0)
-    ((theta_f, _, watched), tracker), recs, failed = record_loop(
+    watched0 = None if step_observer is None else step_observer.start(net.beta(state0), tau0)
+    ((state_f, _, watched), tracker), recs, failed = record_loop(
         advance,
         record,
-        ((theta0, tau0, watched0), None),
+        ((state0, tau0, watched0), None),
         record_steps,
         start=start,
         finite=all_finite,
@@ -230,7 +302,7 @@ def simulate(
         beta=recs.get("beta"),
         loss=recs["tracked"]["loss"] if observer is not None else recs["loss"],
         theta=recs.get("theta"),
-        theta_final=theta_f,
+        theta_final=net.theta(state_f),
         failed_step=failed,
         tracker=tracker,
         tracked=recs.get("tracked"),

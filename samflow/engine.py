@@ -12,7 +12,9 @@ new grid size or record count seldom compiles again; compiled programs are kept 
 disk across processes (:mod:`samflow.compile_cache`).
 
 Inside the program each point runs the discrete runner (with the regime classifier as
-its observer, :data:`samflow.regimes.OBSERVER`) or the flow solver (summarised by
+its observer, :data:`samflow.regimes.OBSERVER`; the balanced step of
+:mod:`samflow.balanced` where every point starts with equal layers and the rule treats
+layers alike, :func:`step_path`) or the flow solver (summarised by
 :func:`samflow.regimes.summarize`), so memory grows with points x records, never with
 steps. Sharded programs cut the points into tiles spread over every device
 (``shard_map``), each device running its tiles one after another (``lax.map``) so a
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import jax
@@ -33,7 +35,7 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import compile_cache, devices
+from samflow import balanced, compile_cache, devices
 from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
@@ -52,6 +54,14 @@ record; ``theta`` ``[C, T, L_max, d]`` at every record (with ``theta_final``).""
 TILE_BYTES = 16 * 2**10
 """Discrete sweeps run in tiles whose state ``[L_max, d, T]`` takes about this many bytes,
 so that it stays in the core's cache for all the steps of the run."""
+BALANCED_TILE_BYTES = 4 * 2**10
+"""The same for the balanced step, whose state is ``[d, T]``. Smaller than the general
+step's: XLA's CPU compiler splits a loop fusion over two threads once its estimated cost
+(about ten times the bytes it touches, for arithmetic-heavy fusions) passes about two
+hundred thousand, and each split is a hand-over between threads inside the step loop
+(measured: a record's split finiteness check took 0.5 ms on a loaded 2-core machine, the
+whole step of a 512-point tile about 6 us). At 4 KiB no fusion of the step, the leader
+check or a record is split, and the steps still run at the roofline's rate."""
 FLOW_TILE_POINTS = 256
 """Flow sweeps solve this many trajectories in lockstep (one vmapped solve): fewer waste
 steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
@@ -148,6 +158,11 @@ class Setup:
             gives no ``regime`` and no ``limit_coord``.
         summaries: the regression summaries to take at every record
             (:class:`samflow.summaries.Summaries`), or None.
+        step_path: the discrete step: ``auto`` (:func:`run_points` takes ``balanced``
+            where :func:`step_path` allows it, else ``general``), ``balanced`` (one
+            vector per point, :mod:`samflow.balanced`; the points must allow it) or
+            ``general`` (every layer). A program made from an ``auto`` setup by
+            :func:`program` runs the general step.
     """
 
     rule: PerturbationRule
@@ -162,6 +177,29 @@ class Setup:
     major: int = 0
     model: Model = DEFAULT
     summaries: Summaries | None = None
+    step_path: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.step_path not in ("auto", *balanced.STEP_PATHS):
+            raise ValueError(f"step_path must be auto, balanced or general, not {self.step_path!r}")
+
+
+def step_path(setup: Setup, points: Points) -> str:
+    """The step ``points`` (NumPy) run with under ``setup``: ``balanced`` for a discrete
+    setup whose rule treats layers alike and whose points all start with equal real
+    layers (:func:`samflow.balanced.applies`), unless ``setup.step_path`` is
+    ``general``; else ``general``. ValueError for ``balanced`` where it does not apply."""
+    ok = balanced.applies(setup.mode, setup.rule, points.theta0, points.depth, setup.model)
+    if setup.step_path == "balanced" and not ok:
+        raise ValueError(
+            f"the balanced step does not apply to these points (rule {setup.rule.name}, "
+            f"mode {setup.mode}, {setup.model}): it needs a discrete run of the product "
+            "network with the logistic loss, equal real layers at every point and a rule "
+            "that treats layers alike"
+        )
+    if setup.step_path == "general":
+        return balanced.GENERAL
+    return balanced.BALANCED if ok else balanced.GENERAL
 
 
 def tile_points(
@@ -172,10 +210,13 @@ def tile_points(
     dtype,
     n_devices: int,
     accelerator: bool = False,
+    balanced_step: bool = False,
 ) -> int:
     """Grid points per tile for a chunk of ``n_points`` on ``n_devices``.
 
-    Discrete: the tile's state fits :data:`TILE_BYTES`; flows: :data:`FLOW_TILE_POINTS`.
+    Discrete: the tile's state fits :data:`TILE_BYTES` (``[n_layers, d]`` per point),
+    or :data:`BALANCED_TILE_BYTES` for the ``balanced_step`` (``[d]`` per point);
+    flows: :data:`FLOW_TILE_POINTS`.
     A small chunk, or any chunk on an ``accelerator`` (a GPU, where each operation in a
     tile is a kernel launch and no small cache is to be fitted), gets one tile per
     device. Always a multiple of 8, the vector width, so that no tile ends in a scalar
@@ -183,6 +224,9 @@ def tile_points(
     """
     if accelerator:
         fit = n_points
+    elif mode == "discrete" and balanced_step:
+        per_point = d * np.dtype(dtype).itemsize
+        fit = max(8, BALANCED_TILE_BYTES // per_point // 8 * 8)
     elif mode == "discrete":
         per_point = n_layers * d * np.dtype(dtype).itemsize
         fit = max(8, TILE_BYTES // per_point // 8 * 8)
@@ -256,6 +300,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             step_observer=path_observer(major),
             model=setup.model,
             summaries=take,
+            balanced=setup.step_path == balanced.BALANCED,
         )
         out = finish(
             traj.tracker[0],
@@ -396,7 +441,16 @@ def traced_program(setup: Setup) -> Callable:
         beta_star = points.beta_star
         if beta_star is None:
             beta_star = jnp.zeros((d,), theta0.dtype)
-        T = tile_points(setup.mode, C, n_layers, d, theta0.dtype, n_dev, accelerator)
+        T = tile_points(
+            setup.mode,
+            C,
+            n_layers,
+            d,
+            theta0.dtype,
+            n_dev,
+            accelerator,
+            setup.step_path == balanced.BALANCED,
+        )
         n_records = jnp.asarray(times.shape[0] if n_records is None else n_records, jnp.int32)
         n_tiles = -(-C // (n_dev * T)) * n_dev
 
@@ -443,12 +497,14 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
     """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
 
-    The points and the records are padded to their :func:`bucket` (the last point and
+    The discrete step is the one :func:`step_path` picks for the points. The points and
+    the records are padded to their :func:`bucket` (the last point and
     the last time repeated, padded records masked), so that the program compiled for
     one size serves every size of its bucket; the padding is cut off the results. A
     sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
     """
     C, T = points.size, len(times)
+    setup = replace(setup, step_path=step_path(setup, points))
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])

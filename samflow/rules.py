@@ -24,6 +24,11 @@ start on one point (:class:`BalancedFlow`), which the flow solver uses in log sp
 generic field built from ``direction``. A user rule without one is solved in the
 generic (linear) formulation.
 
+A rule may also say what it does on a network whose layers are all equal
+(``layers_alike``): then a discrete run from equal layers runs one vector ``u`` instead
+of every layer (:mod:`samflow.balanced`). The built-in rules say it; a user rule
+without it runs the general step.
+
 A *random* rule (``random=True``, e.g. :data:`RANDOM_L2`) gets a PRNG key and the step
 number as well; the discrete runners hand them, flows refuse it. What a direction
 returns must have the gradient's structure, shapes and dtypes: anything else is refused
@@ -65,6 +70,24 @@ def _linf_direction(g: PyTree, batch_ndim: int = 0) -> PyTree:
 
 
 def _usam_direction(g: PyTree, batch_ndim: int = 0) -> PyTree:
+    return g
+
+
+# Directions on L equal layers (PerturbationRule.layers_alike): g [d, *batch] is the
+# gradient of each of the n_layers real layers (an int, or [*batch] ints).
+
+
+def _l2_alike(g: Array, n_layers, batch_ndim: int = 0) -> Array:
+    # ||(g, ..., g)||_2 over L layers = sqrt(L sum_j g_j^2); zero gives no perturbation.
+    norm = jnp.sqrt(jnp.asarray(n_layers, g.dtype) * sum_leading(jnp.square(g), batch_ndim))
+    return g / jnp.where(norm > 0, norm, 1.0).astype(g.dtype)
+
+
+def _linf_alike(g: Array, n_layers, batch_ndim: int = 0) -> Array:
+    return jnp.sign(g)
+
+
+def _usam_alike(g: Array, n_layers, batch_ndim: int = 0) -> Array:
     return g
 
 
@@ -166,6 +189,15 @@ class PerturbationRule:
             PRNG key of its own for this step and the step's number (from 0). The
             discrete runners hand both (:func:`samflow.discrete.simulate`,
             :func:`samflow.fit`, the image training); a random rule has no flow.
+        layers_alike: the rule declares that it treats the layers of the diagonal
+            network alike (equal layer gradients give equal perturbations) and says
+            how: ``(g, n_layers, batch_ndim) -> eps``, with ``g`` ``[d, *batch]`` the
+            gradient of each of ``n_layers`` real layers (an int or ``[*batch]``
+            ints) and ``eps`` that of each layer, of ``g``'s shape and dtype; it must
+            equal what ``direction`` gives each layer of ``(g, ..., g)``. With it,
+            discrete runs from equal layers take the balanced step
+            (:mod:`samflow.balanced`); None (the default for a rule of yours): always
+            the general one. GD (no ``direction``) needs none.
     """
 
     name: str
@@ -173,6 +205,7 @@ class PerturbationRule:
     scale_invariant: bool = False
     balanced: BalancedFlow | None = None
     random: bool = False
+    layers_alike: Callable[..., Array] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -194,6 +227,15 @@ class PerturbationRule:
         if self.random and (self.direction is None or self.balanced is not None):
             raise InputError(
                 f"rule {self.name}: a random rule needs a direction and has no closed-form flow"
+            )
+        if self.layers_alike is not None and not callable(self.layers_alike):
+            raise InputError(
+                f"rule {self.name}: layers_alike must be a function (g, n_layers, batch_ndim) "
+                f"-> eps or None, got {self.layers_alike!r}"
+            )
+        if self.layers_alike is not None and (self.random or self.direction is None):
+            raise InputError(
+                f"rule {self.name}: layers_alike is for a deterministic rule with a direction"
             )
 
     @property
@@ -229,6 +271,24 @@ class PerturbationRule:
             eps = self.direction(grads, batch_ndim)
         _check_like(self.name, eps, grads)
         return jax.tree_util.tree_map(lambda p, e: p + rho * e, params, eps)
+
+    @property
+    def treats_layers_alike(self) -> bool:
+        """Whether a run from equal layers may take the balanced step: GD, or a rule
+        that declares :attr:`layers_alike`."""
+        return self.direction is None or self.layers_alike is not None
+
+    def perturbed_alike(self, u: Array, g: Array, n_layers, rho, batch_ndim: int = 0) -> Array:
+        """The perturbed layer ``u + rho * eps`` of a network whose real layers all equal
+        ``u`` ``[d, *batch]`` and all have gradient ``g``; ``u`` for GD. Requires
+        :attr:`treats_layers_alike`."""
+        if self.direction is None:
+            return u
+        if self.layers_alike is None:
+            raise ValueError(f"rule {self.name} does not declare layers_alike")
+        eps = self.layers_alike(g, n_layers, batch_ndim)
+        _check_like(self.name, eps, g)
+        return u + rho * eps
 
 
 def _check_like(name: str, eps: PyTree, grads: PyTree) -> None:
@@ -269,9 +329,19 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
 
 
 GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
-SAM_L2 = PerturbationRule("sam-l2", _l2_direction, True, _log_form(_l2_log_c))
-SAM_LINF = PerturbationRule("sam-linf", _linf_direction, True, BalancedFlow("linf", _linf_field))
-USAM = PerturbationRule("usam", _usam_direction, False, _log_form(_usam_log_c))
+SAM_L2 = PerturbationRule(
+    "sam-l2", _l2_direction, True, _log_form(_l2_log_c), layers_alike=_l2_alike
+)
+SAM_LINF = PerturbationRule(
+    "sam-linf",
+    _linf_direction,
+    True,
+    BalancedFlow("linf", _linf_field),
+    layers_alike=_linf_alike,
+)
+USAM = PerturbationRule(
+    "usam", _usam_direction, False, _log_form(_usam_log_c), layers_alike=_usam_alike
+)
 
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
 METHODS: tuple[str, ...] = tuple(inputs.METHODS)
