@@ -169,7 +169,7 @@ def _summary(theta0: np.ndarray) -> str:
 def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Dataset:
     """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``;
     ``start``: the ``alpha``, ``alpha_per_coord`` or ``theta0_abs_range`` given."""
-    from samflow.engine import Points, Setup, run_points
+    from samflow.engine import Points, Setup, run_points, step_path
     from samflow.flows import FlowConfig, formulation_for
     from samflow.init import is_balanced
     from samflow.regimes import MAX_LEADERS, NAMES
@@ -255,7 +255,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
     if save_theta:
         data["theta"] = r["theta"][:, :depth]
     if discrete:
-        outcome = {"failed_step": int(r["failed_step"])}
+        outcome = {"failed_step": int(r["failed_step"]), "step_path": step_path(setup, points)}
     else:
         blowup = bool(np.isfinite(r["blowup_tau"]))
         outcome = {

@@ -234,6 +234,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         bisection_steps=n_iter,
         collapse_factor=spec.collapse_factor,
         flow_formulation=spec.formulation,
+        step_path=spec.step_path,
         **runner.attrs(),
     )
     return BOUNDARY.dataset(data, grid=names, dtype=spec.dtype, attrs=settings, history=history)

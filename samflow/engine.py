@@ -54,14 +54,15 @@ record; ``theta`` ``[C, T, L_max, d]`` at every record (with ``theta_final``).""
 TILE_BYTES = 16 * 2**10
 """Discrete sweeps run in tiles whose state ``[L_max, d, T]`` takes about this many bytes,
 so that it stays in the core's cache for all the steps of the run."""
-BALANCED_TILE_BYTES = 4 * 2**10
-"""The same for the balanced step, whose state is ``[d, T]``. Smaller than the general
-step's: XLA's CPU compiler splits a loop fusion over two threads once its estimated cost
-(about ten times the bytes it touches, for arithmetic-heavy fusions) passes about two
-hundred thousand, and each split is a hand-over between threads inside the step loop
-(measured: a record's split finiteness check took 0.5 ms on a loaded 2-core machine, the
-whole step of a 512-point tile about 6 us). At 4 KiB no fusion of the step, the leader
-check or a record is split, and the steps still run at the roofline's rate."""
+BALANCED_TILE_BYTES, BALANCED_TILE_POINTS = 4 * 2**10, 128
+"""The same for the balanced step, whose state is ``[d, T]``: at least this many bytes and
+this many points. Smaller than the general step's: XLA's CPU compiler splits a loop
+fusion over two threads once its estimated cost (about ten times the bytes it touches,
+for arithmetic-heavy fusions such as the leader check) passes about two hundred
+thousand, and inside the step loop each such hand-over costs more than the kernel
+(measured on a loaded 2-core machine: a record's split finiteness check took 0.5 ms,
+a whole step of a 512-point tile about 6 us). Measured best: 256 points at d = 4 in
+float32, 128 at d = 4 in float64 and at d = 16."""
 FLOW_TILE_POINTS = 256
 """Flow sweeps solve this many trajectories in lockstep (one vmapped solve): fewer waste
 steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
@@ -215,7 +216,8 @@ def tile_points(
     """Grid points per tile for a chunk of ``n_points`` on ``n_devices``.
 
     Discrete: the tile's state fits :data:`TILE_BYTES` (``[n_layers, d]`` per point),
-    or :data:`BALANCED_TILE_BYTES` for the ``balanced_step`` (``[d]`` per point);
+    or :data:`BALANCED_TILE_BYTES` (at least :data:`BALANCED_TILE_POINTS` points) for
+    the ``balanced_step`` (``[d]`` per point);
     flows: :data:`FLOW_TILE_POINTS`.
     A small chunk, or any chunk on an ``accelerator`` (a GPU, where each operation in a
     tile is a kernel launch and no small cache is to be fitted), gets one tile per
@@ -226,7 +228,7 @@ def tile_points(
         fit = n_points
     elif mode == "discrete" and balanced_step:
         per_point = d * np.dtype(dtype).itemsize
-        fit = max(8, BALANCED_TILE_BYTES // per_point // 8 * 8)
+        fit = max(BALANCED_TILE_POINTS, BALANCED_TILE_BYTES // per_point // 8 * 8)
     elif mode == "discrete":
         per_point = n_layers * d * np.dtype(dtype).itemsize
         fit = max(8, TILE_BYTES // per_point // 8 * 8)

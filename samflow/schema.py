@@ -369,6 +369,11 @@ RUN_ATTRS = {
     "steps": Attribute("number of steps", when=DISCRETE),
     "record_every": Attribute("steps between records", when=DISCRETE),
     "log_records": Attribute("number of log-spaced records", when=DISCRETE),
+    "step_path": Attribute(
+        "the discrete step that ran: balanced (every layer equal: one vector u per point, "
+        "samflow.balanced) or general (every layer); the same numbers up to rounding",
+        when=DISCRETE,
+    ),
     "tau_max": Attribute("horizon in tau", when=FLOW),
     "n_save": Attribute("number of saved times", when=FLOW),
     "tau_min": Attribute("first positive saved time", when=FLOW),

@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.engine import run_points
+from samflow.engine import run_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
 from samflow.runners import TAU_MIN_SHARE, Discrete, Flow
@@ -125,7 +125,7 @@ def sweep(
     setup = replace(spec.setup(), padding=True)
     batch = batch_size(quick, spec) if batch is None else batch
     batch, blocks = chunk_plan(spec.size, batch, len(devices.mesh().devices.flat))
-    chunks = []
+    chunks, paths = [], set()
     for flat in blocks:
         padded = np.concatenate([flat, np.full(batch - len(flat), flat[-1])])
         points = spec.points(padded)
@@ -135,11 +135,15 @@ def sweep(
                 value = pad_layers(value, n_layers)
             points = points._replace(**{key: value})
         out = run_points(setup, points, spec.times())
+        paths.add(step_path(setup, points))
         if not keep_beta:
             out.pop("beta")
         chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat, spec.dtype))
     spec = replace(spec, save_trajectories=keep_beta)
-    return assemble(spec, chunks, sweep_attrs(spec, None))
+    attrs = sweep_attrs(spec, None)
+    if spec.mode == "discrete":  # overrides of theta0 may start some points unbalanced
+        attrs["step_path"] = paths.pop() if len(paths) == 1 else "general"
+    return assemble(spec, chunks, attrs)
 
 
 def flow_times(tau_max: float, quick: bool, tau_min: float | None = None) -> np.ndarray:

@@ -105,6 +105,7 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         collapse_factor=spec.collapse_factor,
         plateau_fraction=spec.plateau_fraction,
         flow_formulation=spec.formulation,
+        step_path=spec.step_path,
         history=history,
         **model_attrs(spec),
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
