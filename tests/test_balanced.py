@@ -117,7 +117,9 @@ def test_choice_and_attribute():
     runner = Discrete(eta=0.05, steps=40, record_every=20)
     mu = [1.0, 2.0]
     # Sweeps start every point with equal layers: balanced for the built-in rules.
-    ds = samflow.sweep("sam-linf", depth=2, mu=mu, rho=0.5, axes={"alpha": [0.5, 1.0]}, runner=runner)
+    ds = samflow.sweep(
+        "sam-linf", depth=2, mu=mu, rho=0.5, axes={"alpha": [0.5, 1.0]}, runner=runner
+    )
     assert ds.attrs["step_path"] == "balanced"
     # Unequal layers: the general step, said in the file.
     t = samflow.trajectory(
@@ -131,7 +133,9 @@ def test_choice_and_attribute():
     assert t.attrs["step_path"] == "balanced"
     # A rule of yours without layers_alike, and a random rule: general.
     mine = PerturbationRule("mine", SAM_L2.direction, True)
-    assert SweepSpec.from_inputs(mine, depth=2, mu=mu, rho=0.5, runner=runner).step_path == "general"
+    assert (
+        SweepSpec.from_inputs(mine, depth=2, mu=mu, rho=0.5, runner=runner).step_path == "general"
+    )
     assert not applies("discrete", RANDOM_L2, np.ones((1, 2, 2)), np.array([2]))
     # Flows have no step.
     flow = samflow.trajectory(
