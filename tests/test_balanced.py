@@ -17,7 +17,8 @@ RULES = (GD, SAM_L2, SAM_LINF, USAM)
 # Both paths round differently (the l2 norm sums L copies as L times one sum; at L >= 5
 # the general step multiplies its exclusive products in another order): each step errs
 # by a few float64 eps, and over 400 steps the differences measured at most 1e-14 of
-# each value's scale. 1e-12 is the bound the balanced step promises.
+# each value's scale. 1e-12 is the bound the balanced step promises. (Each case compiles
+# two programs: few steps and few cases keep the file cheap.)
 RTOL = 1e-12
 
 
@@ -50,7 +51,7 @@ def spec_of(rule, depth, axes, **kw) -> SweepSpec:
     return SweepSpec.from_inputs(
         rule,
         depth=depth,
-        runner=Discrete(eta=0.05, steps=400, record_every=20),
+        runner=Discrete(eta=0.05, steps=200, record_every=20),
         axes=axes,
         save_trajectories=True,
         **{"mu": [1.0, 2.0, 3.0, 4.0], **rho, **kw},
@@ -68,9 +69,10 @@ def test_same_numbers_padded_depths(rule):
     assert np.all(general["failed_step"] == -1)
 
 
-@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
+@pytest.mark.parametrize("rule", (SAM_L2, USAM), ids=lambda r: r.name)
 def test_same_numbers_static_depth(rule):
-    # No padding (a static depth: no mask, the static powers), per-coordinate alphas.
+    # No padding (a static depth: no mask, the static powers), per-coordinate alphas;
+    # the ascent from the ascent direction (l2) and from the true gradient (USAM).
     spec = spec_of(rule, 3, {"alpha_1": [0.2, 0.9], "alpha_3": [0.5, 1.3]})
     assert not spec.has_padding
     assert_same(*both_paths(spec))
@@ -85,7 +87,7 @@ def test_same_numbers_several_points():
         depth=2,
         data=(X, y),
         rho=0.3,
-        runner=Discrete(eta=0.1, steps=300, record_every=20),
+        runner=Discrete(eta=0.1, steps=200, record_every=20),
         axes={"alpha": [0.2, 0.8]},
         save_trajectories=True,
     )
@@ -106,7 +108,7 @@ def test_one_step_against_numpy():
         mu=mu.tolist(),
         alpha_per_coord=u.tolist(),
         rho=rho,
-        runner=Discrete(eta=eta, steps=1, record_every=1),
+        runner=Discrete(eta=eta, steps=1),
     )
     assert t.attrs["step_path"] == "balanced"
     np.testing.assert_allclose(t.theta_final.values, np.tile(want, (3, 1)), rtol=1e-14)
@@ -114,34 +116,31 @@ def test_one_step_against_numpy():
 
 
 def test_choice_and_attribute():
-    runner = Discrete(eta=0.05, steps=40, record_every=20)
-    mu = [1.0, 2.0]
-    # Sweeps start every point with equal layers: balanced for the built-in rules.
-    ds = samflow.sweep(
-        "sam-linf", depth=2, mu=mu, rho=0.5, axes={"alpha": [0.5, 1.0]}, runner=runner
-    )
-    assert ds.attrs["step_path"] == "balanced"
+    # Shapes of test_one_step_against_numpy's trajectory: its programs serve these.
+    one = {"depth": 3, "mu": [1.0, 2.0, 3.0], "rho": 0.3, "runner": Discrete(eta=0.1, steps=1)}
     # Unequal layers: the general step, said in the file.
-    t = samflow.trajectory(
-        "sam-l2", depth=2, mu=mu, theta0=np.array([[0.5, 0.6], [0.4, 0.6]]), rho=0.5, runner=runner
-    )
-    assert t.attrs["step_path"] == "general"
+    theta0 = np.array([[0.5, 0.6, 0.2], [0.4, 0.6, 0.2], [0.5, 0.6, 0.2]])
+    assert samflow.trajectory("sam-l2", theta0=theta0, **one).attrs["step_path"] == "general"
     # A given theta0 whose layers are equal is balanced.
-    t = samflow.trajectory(
-        "sam-l2", depth=2, mu=mu, theta0=np.array([[0.5, 0.6], [0.5, 0.6]]), rho=0.5, runner=runner
-    )
-    assert t.attrs["step_path"] == "balanced"
+    theta0 = np.tile([0.5, 0.6, 0.2], (3, 1))
+    assert samflow.trajectory("sam-l2", theta0=theta0, **one).attrs["step_path"] == "balanced"
+    # Sweeps start every point with equal layers: balanced for the built-in rules.
+    runner = Discrete(eta=0.05, steps=40)
+    for rule in RULES:
+        rho = None if rule is GD else 0.5
+        spec = SweepSpec.from_inputs(rule, depth=2, mu=[1.0], rho=rho, runner=runner)
+        assert spec.step_path == "balanced"
     # A rule of yours without layers_alike, and a random rule: general.
     mine = PerturbationRule("mine", SAM_L2.direction, True)
-    assert (
-        SweepSpec.from_inputs(mine, depth=2, mu=mu, rho=0.5, runner=runner).step_path == "general"
-    )
+    spec = SweepSpec.from_inputs(mine, depth=2, mu=[1.0], rho=0.5, runner=runner)
+    assert spec.step_path == "general"
     assert not applies("discrete", RANDOM_L2, np.ones((1, 2, 2)), np.array([2]))
     # Flows have no step.
-    flow = samflow.trajectory(
-        "sam-l2", depth=2, mu=mu, alpha=0.5, rho=0.5, runner=samflow.Flow(tau_max=1.0)
+    flow = SweepSpec.from_inputs(
+        "sam-l2", depth=2, mu=[1.0], rho=0.5, runner=samflow.Flow(tau_max=1.0)
     )
-    assert "step_path" not in flow.attrs
+    assert flow.step_path is None
+    assert not applies("flow", SAM_L2, np.ones((1, 2, 2)), np.array([2]))
 
 
 def test_equal_layers_and_forcing():
