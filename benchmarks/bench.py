@@ -622,8 +622,8 @@ def main(argv=None) -> int:
         "NumPy and PyTorch run the same grid for as many steps as take about "
         f"{args.baseline_seconds:g} s (their cost per step is constant); the optax loop times "
         f"{args.optax_traj} trajectories of the full length and extrapolates.",
-        "Roofline: hand-fused C of the balanced L = 2 l2-SAM update (state u only, half "
-        "the arithmetic of the general L-layer step the engine runs), gcc -O3 "
+        "Roofline: hand-fused C of the balanced L = 2 l2-SAM update (state u only, as the "
+        "engine's balanced step, samflow/balanced.py), gcc -O3 "
         "-march=native -ffast-math -fopenmp, tiles of 256 points in L1.",
         "Flows: SciPy times an evenly spaced subset of the grid and extrapolates.",
         "Case 5: one l2-SAM step of the default CNN on 28x28 inputs, minibatch 128 "

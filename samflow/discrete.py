@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 
 from samflow.loop import record_loop, take_steps
 from samflow.model import DEFAULT, Model, Problem, layer_mask
@@ -254,29 +254,38 @@ def simulate(
         )
         return (state, tau, watched), tracker
 
-    def kept(state, tau):
+    def recorded_beta(state):
+        b = net.beta(state)
+        # The balanced beta is a power u^L: inlined into the observer's norm, XLA may fuse
+        # |u*u| + ... into multiply-adds that skip the product's rounding, and the record
+        # would summarise a beta one ulp away from the beta it keeps. Read it once.
+        return lax.optimization_barrier(b) if balanced else b
+
+    def kept(state, tau, b):
         out = {"tau": tau, "loss": net.loss(state)}
         if summaries is not None:
             out["summaries"] = summaries(net.theta(state), mask)
         if record_beta:
-            out["beta"] = net.beta(state)
+            out["beta"] = b
         if save_theta:
             out["theta"] = net.theta(state)
         return out
 
     def record(carry):
         (state, tau, watched), tracker = carry
-        out = kept(state, tau)
+        b = recorded_beta(state)
+        out = kept(state, tau, b)
         if observer is not None:
-            tracker, out["tracked"] = observer.track(tracker, net.beta(state), out.pop("loss"))
+            tracker, out["tracked"] = observer.track(tracker, b, out.pop("loss"))
         return ((state, tau, watched), tracker), out
 
     def start(carry):
         (state, tau, watched), _ = carry
-        out = kept(state, tau)
+        b = recorded_beta(state)
+        out = kept(state, tau, b)
         tracker = None
         if observer is not None:
-            tracker, out["tracked"] = observer.start(net.beta(state), out.pop("loss"))
+            tracker, out["tracked"] = observer.start(b, out.pop("loss"))
         return ((state, tau, watched), tracker), out
 
     def all_finite(carry, _):

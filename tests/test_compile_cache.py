@@ -55,7 +55,15 @@ def test_sizes_in_one_bucket_compile_once():
     """17 and 20 points, 17 and 18 records: one bucket each, one compilation; and the
     padded runs give what the program gives without padding (padded records repeat
     the last one: unmasked, they would read as a run that stopped moving, limit -2)."""
-    setup = Setup(rule=SAM_L2, mode="discrete", keep=("beta",), padding=False, sharded=False)
+    # The points start balanced: run_points takes the balanced step, as this setup says.
+    setup = Setup(
+        rule=SAM_L2,
+        mode="discrete",
+        keep=("beta",),
+        padding=False,
+        sharded=False,
+        step_path="balanced",
+    )
     fn = program(setup)
     rng = np.random.default_rng(0)
     runs = [(_points(17, rng), np.arange(17) * 20), (_points(20, rng), np.arange(18) * 15)]
