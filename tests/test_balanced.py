@@ -9,6 +9,7 @@ import pytest
 import samflow
 from samflow.balanced import applies, equal_layers
 from samflow.engine import run_points, step_path
+from samflow.model import Model
 from samflow.rules import GD, RANDOM_L2, SAM_L2, SAM_LINF, USAM, PerturbationRule
 from samflow.runners import Discrete
 from samflow.sweeps.spec import SweepSpec
@@ -135,6 +136,13 @@ def test_choice_and_attribute():
     spec = SweepSpec.from_inputs(mine, depth=2, mu=[1.0], rho=0.5, runner=runner)
     assert spec.step_path == "general"
     assert not applies("discrete", RANDOM_L2, np.ones((1, 2, 2)), np.array([2]))
+    # Another loss or parametrisation: the balanced step is written for the paper's model.
+    for model in ({"loss": "exponential"}, {"parametrization": "uv", "depth": 2}):
+        spec = SweepSpec.from_inputs(
+            SAM_L2, **{"depth": 2, **model}, mu=[1.0], rho=0.5, runner=runner
+        )
+        assert spec.step_path == "general"
+    assert not applies("discrete", SAM_L2, np.ones((1, 2, 2)), np.array([2]), Model(loss="squared"))
     # Flows have no step.
     flow = SweepSpec.from_inputs(
         "sam-l2", depth=2, mu=[1.0], rho=0.5, runner=samflow.Flow(tau_max=1.0)

@@ -355,13 +355,14 @@ class SweepSpec:
     @property
     def step_path(self) -> str | None:
         """The discrete step this sweep's points take (None for flows): ``balanced`` when
-        the rule treats layers alike, since every point of a sweep starts with equal
-        layers (:meth:`points`; :func:`samflow.engine.step_path` decides per run)."""
+        the rule treats layers alike and the model is the paper's, since every point of a
+        sweep starts with equal layers (:meth:`points`; :func:`samflow.engine.step_path`
+        decides per run)."""
         if self.mode != "discrete":
             return None
         from samflow.balanced import BALANCED, GENERAL, rule_applies
 
-        return BALANCED if rule_applies(self.rule) else GENERAL
+        return BALANCED if rule_applies(self.rule) and self.model.default else GENERAL
 
     @property
     def formulation(self) -> str | None:
