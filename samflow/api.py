@@ -99,6 +99,7 @@ def trajectory(
     summaries: bool | None = None,
     sharpness: bool = False,
     active_threshold: float = inputs.ACTIVE_THRESHOLD,
+    seed: int = 0,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
@@ -119,6 +120,10 @@ def trajectory(
     (``|beta_j| > active_threshold``), ``test_error(time)`` = ``||beta - beta_star||_2^2``
     with ``beta_star``, and with ``sharpness`` the Hessian's top eigenvalue
     ``sharpness(time)`` and ``hessian_trace(time)``.
+
+    ``seed`` keys the stochastic steps of a runner with ``batch``, ``m`` or
+    ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §11); a deterministic run
+    ignores it.
     """
     inputs.check_model(parametrization, loss, inputs.check_depth(depth))
     X, y = inputs.check_problem(mu, data, loss)
@@ -153,6 +158,7 @@ def trajectory(
         summaries=summaries,
         sharpness=sharpness,
         active_threshold=active_threshold,
+        seed=seed,
     )
     spec.check_size(keep_theta=True)
     return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
@@ -174,6 +180,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
     from samflow.init import is_balanced
     from samflow.regimes import MAX_LEADERS, NAMES
     from samflow.schema import TRAJECTORY
+    from samflow.stochastic import seed_key_data
     from samflow.summaries import NAMES as SUMMARY_NAMES
 
     rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
@@ -198,8 +205,10 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         major=spec.major(),
         model=model,
         summaries=spec.summary_set,
+        sampling=spec.sampling,
     )
     eta = runner.eta if runner.mode == "discrete" else 0.0
+    seed = spec.seed if spec.sampling is not None else None
     points = Points(
         theta0[None],
         X[None],
@@ -208,6 +217,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         np.array([rho]),
         np.array([eta]),
         beta_star=np.asarray(spec.beta_star) if spec.beta_star else None,
+        key=None if seed is None else seed_key_data([seed]),
     )
     times = runner.times()
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
@@ -226,6 +236,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
             rho=rho,
             runner=runner,
             **_model_call(spec),
+            seed=seed,
         )
     discrete = runner.mode == "discrete"
     data = {
@@ -282,6 +293,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,
         **runner.attrs(),
+        "seed": seed,
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
@@ -340,11 +352,12 @@ def sweep(
     summaries: bool | None = None,
     sharpness: bool = False,
     active_threshold: float = inputs.ACTIVE_THRESHOLD,
+    seed: int | None = None,
 ) -> xr.Dataset:
     """Run ``method`` over the cartesian grid of ``axes`` in one compiled program.
 
     ``axes`` maps an axis name (``alpha``, ``alpha_j``, ``rho``, ``depth``, ``eta``,
-    ``mu``, ``seed``; see :mod:`samflow.sweeps.axes`) to its values, or to a range
+    ``mu``, ``seed``, ``noise_seed``; see :mod:`samflow.sweeps.axes`) to its values, or to a range
     ``"START:STOP:NUM[:log|:lin]"``; the grid's dims follow the mapping's order.
     ``out=None`` runs in memory and writes nothing; with a path the result is the
     resumable store the command line uses (rerun the same call to resume; a finished
@@ -355,6 +368,8 @@ def sweep(
     The model keywords (``loss``, ``parametrization``, ``beta_star``, ``summaries``,
     ``sharpness``, ``active_threshold``) are :func:`trajectory`'s; their summaries are
     per grid point and record.
+    ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
+    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §11).
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")
@@ -380,6 +395,7 @@ def sweep(
         summaries=summaries,
         sharpness=sharpness,
         active_threshold=active_threshold,
+        seed=seed,
     )
     inputs.integer("chunk", chunk)
     for name, flag in (("progress", progress), ("overwrite", overwrite)):
@@ -399,6 +415,7 @@ def sweep(
             alpha=alpha,
             runner=runner,
             **_model_call(spec),
+            seed=seed,
         )
     from samflow.sweeps.store import run
 

@@ -26,7 +26,8 @@ from jax import Array, lax
 from samflow.loop import record_loop, take_steps
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.rules import PerturbationRule
-from samflow.steps import step
+from samflow.steps import Groups, step
+from samflow.stochastic import Sampling, draws, group
 
 
 class Observer(NamedTuple):
@@ -195,6 +196,8 @@ def simulate(
     model: Model = DEFAULT,
     summaries: Callable | None = None,
     balanced: bool = False,
+    sampling: Sampling | None = None,
+    point_keys: Array | None = None,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
@@ -216,12 +219,21 @@ def simulate(
     treats layers alike (:attr:`samflow.rules.PerturbationRule.treats_layers_alike`) and
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
     caller checks the start, :func:`samflow.balanced.applies`).
+
+    Stochastic steps (docs/theory.md §11): ``sampling`` (static,
+    :class:`samflow.stochastic.Sampling`) draws each step's minibatch and label noise
+    with :func:`samflow.stochastic.draws` from ``point_keys``, the PRNG keys of the
+    trajectories (a key array of shape ``[*batch]``, one per trajectory, so that a
+    trajectory's draws do not depend on the batch it runs in; default
+    ``jax.random.key(0)`` for all), and cuts it into m-sharpness groups. ``tau`` is
+    then the plain time ``eta * step``; the recorded loss is the full training loss.
+    They take the general step (``balanced`` must be False).
     """
     if balanced:
         from samflow.balanced import network
 
-        if not model.default:
-            raise ValueError(f"the balanced step runs the paper's model only, not {model}")
+        if not model.default or sampling is not None:
+            raise ValueError("the balanced step runs the paper's model, full batch, only")
         net = network(theta0, problem, depth, rho, eta, rule)
     else:
         net = general_network(theta0, problem, depth, rho, eta, rule, model)
@@ -231,8 +243,46 @@ def simulate(
     def one_step(t, carry):
         state, tau = carry
         step_key = None if key is None else jax.random.fold_in(key, t)
+        if sampling is not None:
+            return stochastic_step(t, state, tau, step_key)
         new, lprime_abs = net.step(t, state, step_key)
         return new, tau + eta * lprime_abs
+
+    batch_ndim = theta0.ndim - 2
+    batch_shape = theta0.shape[2:]
+
+    def step_problem(t):
+        """Step ``t``'s examples: the minibatch (``[batch, d, *batch]``) with its noisy labels."""
+        keys = jnp.broadcast_to(point_keys, batch_shape).reshape(-1)
+        index, xi = jax.vmap(lambda k: draws(k, t, sampling, theta0.dtype))(keys)
+
+        def per_point(a):  # [B, k] -> [k, *batch]
+            return jnp.moveaxis(a.reshape(*batch_shape, a.shape[-1]), -1, 0)
+
+        X, y = problem.X, problem.y
+        if xi is not None:
+            y = y + sampling.label_noise * per_point(xi)
+        if index is not None:
+            index = per_point(index)
+            X = jnp.broadcast_to(X, (*X.shape[:2], *batch_shape))
+            y = jnp.broadcast_to(y, (X.shape[0], *batch_shape))
+            X = jnp.take_along_axis(X, index[:, None], axis=0)
+            y = jnp.take_along_axis(y, index, axis=0)
+        return Problem(X, y)
+
+    def stochastic_step(t, theta, tau, step_key):
+        sub = step_problem(t)
+        groups = None
+        if sampling.m is not None:
+            groups = Groups(
+                lambda th, prob: model.grad_and_aux(th, prob, mask),
+                Problem(group(sub.X, sampling), group(sub.y, sampling)),
+            )
+        new, _ = step(
+            theta, lambda th: model.grad_and_aux(th, sub, mask), rule, rho, eta,
+            batch_ndim=batch_ndim, key=step_key, t=t, groups=groups,
+        )  # fmt: skip
+        return new, tau + eta
 
     def watch(n, carry):
         state, tau, watched = carry
@@ -294,6 +344,8 @@ def simulate(
 
     if rule.random and key is None:
         key = jax.random.key(0)
+    if sampling is not None and point_keys is None:
+        point_keys = jax.random.key(0)
     state0 = net.state0
     tau0 = jnp.zeros_like(theta0[0, 0])
     watched0 = None if step_observer is None else step_observer.start(net.beta(state0), tau0)

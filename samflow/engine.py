@@ -45,6 +45,7 @@ from samflow.precision import precision
 from samflow.regimes import FAILED, OBSERVER, finish, path_observer, summarize, track
 from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
+from samflow.stochastic import Sampling
 from samflow.summaries import Summaries, record_summaries
 
 KEEP = ("beta", "theta")
@@ -107,6 +108,8 @@ class Points(NamedTuple):
         rho: ``[C]`` radii.
         eta: ``[C]`` step sizes (unused by flows).
         beta_star: ``[d]`` the ground truth of ``test_error``, shared; None: none.
+        key: ``[C, k]`` uint32 raw PRNG key data of each point's stochastic steps
+            (:func:`samflow.stochastic.seed_key_data`), or None for deterministic steps.
     """
 
     theta0: Array
@@ -116,6 +119,7 @@ class Points(NamedTuple):
     rho: Array
     eta: Array
     beta_star: Array | None = None
+    key: Array | None = None
 
     @property
     def size(self) -> int:
@@ -130,7 +134,8 @@ class Points(NamedTuple):
     def take(self, index: np.ndarray) -> Points:
         """The points at ``index`` (shared inputs stay shared)."""
         per_point = {
-            k: (v if self.shared(k) else np.asarray(v)[index]) for k, v in self._asdict().items()
+            k: (v if self.shared(k) or v is None else np.asarray(v)[index])
+            for k, v in self._asdict().items()
         }
         return Points(**per_point)
 
@@ -164,6 +169,9 @@ class Setup:
             vector per point, :mod:`samflow.balanced`; the points must allow it) or
             ``general`` (every layer). A program made from an ``auto`` setup by
             :func:`program` runs the general step.
+        sampling: the stochastic steps (:class:`samflow.stochastic.Sampling`), or None
+            for today's deterministic full-batch step; with it every point carries its
+            PRNG key (:attr:`Points.key`), and the step is the general one.
     """
 
     rule: PerturbationRule
@@ -179,6 +187,7 @@ class Setup:
     model: Model = DEFAULT
     summaries: Summaries | None = None
     step_path: str = "auto"
+    sampling: Sampling | None = None
 
     def __post_init__(self) -> None:
         if self.step_path not in ("auto", *balanced.STEP_PATHS):
@@ -190,7 +199,9 @@ def step_path(setup: Setup, points: Points) -> str:
     setup whose rule treats layers alike and whose points all start with equal real
     layers (:func:`samflow.balanced.applies`), unless ``setup.step_path`` is
     ``general``; else ``general``. ValueError for ``balanced`` where it does not apply."""
-    ok = balanced.applies(setup.mode, setup.rule, points.theta0, points.depth, setup.model)
+    ok = setup.sampling is None and balanced.applies(
+        setup.mode, setup.rule, points.theta0, points.depth, setup.model
+    )
     if setup.step_path == "balanced" and not ok:
         raise ValueError(
             f"the balanced step does not apply to these points (rule {setup.rule.name}, "
@@ -279,13 +290,16 @@ def _not_classified(setup: Setup, out: dict) -> None:
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def tile(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
-        # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T].
+    def tile(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
+        # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T], key [k, T].
         major = _major(setup, X[0])
         problem = Problem(X, y[:, None])
         take = None
         if setup.summaries is not None:
             take = record_summaries(setup.summaries, setup.model, problem, beta_star[:, None])
+        point_keys = None
+        if setup.sampling is not None:
+            point_keys = jax.random.wrap_key_data(jnp.moveaxis(key, -1, 0))
         traj = simulate(
             theta0,
             problem,
@@ -303,6 +317,8 @@ def _discrete_tile(setup: Setup) -> Callable:
             model=setup.model,
             summaries=take,
             balanced=setup.step_path == balanced.BALANCED,
+            sampling=setup.sampling,
+            point_keys=point_keys,
         )
         out = finish(
             traj.tracker[0],
@@ -390,7 +406,7 @@ def _flow_tile(setup: Setup) -> Callable:
             out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
         return out
 
-    def tile(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
+    def tile(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
         return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None, None))(
             theta0, X, depth, rho, y, beta_star, times, n_records
         )
@@ -423,22 +439,25 @@ def traced_program(setup: Setup) -> Callable:
     first = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
     accelerator = first.platform != "cpu"
 
-    def run_tiles(theta0, X, depth, rho, eta, y, beta_star, times, n_records):
+    def run_tiles(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
         return lax.map(
-            lambda a: tile_fn(*a, y, beta_star, times, n_records), (theta0, X, depth, rho, eta)
+            lambda a: tile_fn(*a, y, beta_star, times, n_records),
+            (theta0, X, depth, rho, eta, key),
         )
 
     if mesh is not None:
         run_tiles = jax.shard_map(
             run_tiles,
             mesh=mesh,
-            in_specs=(*(PartitionSpec("grid"),) * 5, *(PartitionSpec(),) * 4),
+            in_specs=(*(PartitionSpec("grid"),) * 6, *(PartitionSpec(),) * 4),
             out_specs=PartitionSpec("grid"),
             check_vma=False,  # diffrax's solver state mixes per-device and shared values
         )
 
     def run(points: Points, times, n_records=None):
         theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:6]
+        # Deterministic steps draw nothing: no key travels (an empty pytree).
+        key = points.key if setup.sampling is not None else None
         C, n_layers, d = theta0.shape
         beta_star = points.beta_star
         if beta_star is None:
@@ -465,7 +484,16 @@ def traced_program(setup: Setup) -> Callable:
             return jnp.moveaxis(a, 1, -1) if batch_last else a
 
         tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
-        out = run_tiles(*tiles, to_tiles(rho), to_tiles(eta), y, beta_star, times, n_records)
+        out = run_tiles(
+            *tiles,
+            to_tiles(rho),
+            to_tiles(eta),
+            key if key is None else to_tiles(key),
+            y,
+            beta_star,
+            times,
+            n_records,
+        )
         return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
 
     return run
@@ -485,7 +513,8 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
     def put(name, value):
         if value is None:
             return None
-        arr = jnp.asarray(value, jnp.int32 if name == "depth" else dt)
+        kinds = {"depth": jnp.int32, "key": jnp.uint32}
+        arr = jnp.asarray(value, kinds.get(name, dt))
         if not setup.sharded:
             return arr
         mesh = devices.mesh()

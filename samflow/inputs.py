@@ -259,6 +259,45 @@ def check_problem(mu=None, data=None, loss: str = "logistic") -> tuple[np.ndarra
     return X, y
 
 
+MAX_SEED = 2**53
+"""Seeds are integers in ``0 .. MAX_SEED - 1`` (exact in a float64 axis)."""
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed: an integer in ``0 .. MAX_SEED - 1``."""
+    return integer(name, seed, 0, MAX_SEED - 1)
+
+
+def check_sampling(runner, method, n: int, margin_loss: bool = True) -> None:
+    """The stochastic settings of a discrete ``runner`` against the data (``n``
+    examples) and the ``method`` (a name or a rule); InputError naming the value.
+
+    ``batch`` at most ``n``; ``m`` dividing the batch (``n`` for full batch) and only
+    with a rule that perturbs (GD has no perturbation to split: ``m`` would change
+    nothing); ``label_noise`` only with real labels (not a margin loss: adding noise to
+    a label in {-1, +1} is not a label of that loss).
+    """
+    if runner.mode != "discrete" or not runner.stochastic:
+        return
+    if runner.batch is not None and runner.batch > n:
+        raise InputError(f"batch = {runner.batch} exceeds the number of data points n = {n}")
+    size = runner.batch or n
+    if runner.m is not None:
+        check_method(method)
+        needs = METHODS[method] if isinstance(method, str) else method.needs_rho
+        name = method if isinstance(method, str) else method.name
+        if not needs:
+            raise InputError(f"m = {runner.m} needs a method that perturbs; {name} does not")
+        if runner.m > size or size % runner.m:
+            what = f"batch = {size}" if runner.batch is not None else f"n = {size} (full batch)"
+            raise InputError(f"m = {runner.m} must divide {what}")
+    if runner.label_noise > 0 and margin_loss:
+        raise InputError(
+            f"label_noise = {runner.label_noise} needs real labels (the squared loss); "
+            "labels in {-1, +1} of a margin loss take no additive noise"
+        )
+
+
 def check_runner(runner, modes: Sequence[str] = ("discrete", "flow")):
     """A runner of one of ``modes`` (:class:`samflow.Discrete`, :class:`samflow.Flow`)."""
     from samflow.runners import Discrete, Flow

@@ -48,7 +48,17 @@ class Discrete:
             1); the last step is always recorded.
         log_records: instead, this many log-spaced records.
         record_steps: instead, exactly these step indices (starting at 0, increasing).
-    Record 0 is the initial state (step 0).
+        batch: minibatch size: each step uses ``batch`` examples drawn without
+            replacement, a fresh random subset every step (docs/theory.md §11). None
+            (default): every example, today's deterministic step.
+        m: m-sharpness: the (mini)batch is cut into groups of ``m`` examples, each
+            group perturbed with its own ``eps_k`` and the descent gradient the mean of
+            the groups' gradients at their perturbed points. None (default): one group
+            (the batch, "n-SAM"); 1: "1-SAM". ``m`` must divide the batch.
+        label_noise: ``delta >= 0``: label-noise SGD, each step's labels ``y_i + delta
+            xi_i`` with random signs ``xi_i`` (real labels: the squared loss). 0: none.
+    Record 0 is the initial state (step 0). The random draws of ``batch`` and
+    ``label_noise`` are keyed by the run's seed (:mod:`samflow.stochastic`).
     """
 
     eta: float = 0.01
@@ -56,6 +66,9 @@ class Discrete:
     record_every: int | None = None
     log_records: int | None = None
     record_steps: tuple[int, ...] | None = None
+    batch: int | None = None
+    m: int | None = None
+    label_noise: float = 0.0
 
     mode: ClassVar[str] = "discrete"
 
@@ -80,6 +93,21 @@ class Discrete:
             if getattr(self, name) is not None:
                 value = integer(name.replace("_", "-"), getattr(self, name))
                 object.__setattr__(self, name, value)
+        for name in ("batch", "m"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, integer(name, getattr(self, name)))
+        noise = real("label-noise", self.label_noise)
+        if noise < 0:
+            raise InputError(f"label-noise must be >= 0, got {noise}")
+        object.__setattr__(self, "label_noise", noise)
+        if self.batch is not None and self.m is not None and self.batch % self.m:
+            raise InputError(f"m = {self.m} must divide batch = {self.batch}")
+
+    @property
+    def stochastic(self) -> bool:
+        """Whether the steps draw anything (a minibatch, label noise) or cut the batch
+        into groups (``m``): settings beyond today's full-batch step."""
+        return self.batch is not None or self.m is not None or self.label_noise > 0
 
     def n_records(self) -> int:
         """How many records :meth:`times` gives at most (counted, not made)."""
@@ -105,9 +133,26 @@ class Discrete:
     def attrs(self) -> dict:
         """The settings as file attributes."""
         out = {"eta": self.eta, "steps": self.steps}
-        for name in ("record_every", "log_records"):
+        for name in ("record_every", "log_records", "batch", "m"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
+        if self.label_noise > 0:
+            out["label_noise"] = self.label_noise
+        return out
+
+    def __repr__(self) -> str:
+        """As the dataclass's, without the stochastic fields left unset (so that a
+        full-batch run's ``history`` reads as it did before they existed)."""
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.identity().items())
+        return f"Discrete({shown})"
+
+    def identity(self) -> dict:
+        """The fields that define a result (a sweep's key): every field, but the
+        stochastic ones only where set, so that a full-batch run keeps its key."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, unset in (("batch", None), ("m", None), ("label_noise", 0.0)):
+            if out[name] == unset:
+                del out[name]
         return out
 
 

@@ -374,6 +374,10 @@ RUN_ATTRS = {
         "samflow.balanced) or general (every layer); the same numbers up to rounding",
         when=DISCRETE,
     ),
+    "batch": Attribute("minibatch size (examples per step)", when="given"),
+    "m": Attribute("m-sharpness: examples per perturbation group", when="given"),
+    "label_noise": Attribute("label noise delta (y + delta * random sign)", when="given"),
+    "seed": Attribute("seed of the stochastic steps' draws", when="stochastic steps, no seed axis"),
     "tau_max": Attribute("horizon in tau", when=FLOW),
     "n_save": Attribute("number of saved times", when=FLOW),
     "tau_min": Attribute("first positive saved time", when=FLOW),
@@ -587,7 +591,8 @@ AXES = {
         ("depth", "int64", "number of layers L"),
         ("eta", "float64", "step size eta"),
         ("mu", "int64", "row of the set of mu vectors"),
-        ("seed", "int64", "seed of the random initialisation"),
+        ("seed", "int64", "seed of the random initialisation (and of stochastic steps)"),
+        ("noise_seed", "int64", "seed of the stochastic steps"),
     )
 }
 """Grid axes (:mod:`samflow.sweeps.axes`): the dimension coordinates of sweeps and

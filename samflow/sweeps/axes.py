@@ -7,7 +7,9 @@ rho        SAM radius
 depth      number of layers (integers); shapes are padded to the largest depth
 eta        step size (discrete runner)
 mu         index into a set of mu vectors (``mu_set``, ``[k, d]``); one point each
-seed       random initialisations: alpha_j log-uniform in ``alpha_range`` (integers)
+seed       random initialisations: alpha_j log-uniform in ``alpha_range`` (integers);
+           in a stochastic run it keys the steps' draws too
+noise_seed the seed of the stochastic steps only (integers; the initialisation stays)
 ========== =============================================================================
 """
 
@@ -25,8 +27,8 @@ POINT_BYTES = 128
 """The least a grid point's result holds (its summaries): an axis longer than the
 machine's memory allows at that rate is refused before its values are made."""
 
-FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed")
-INTEGER_AXES = ("depth", "seed", "mu")
+FIXED_AXES = ("alpha", "rho", "depth", "eta", "mu", "seed", "noise_seed")
+INTEGER_AXES = ("depth", "seed", "mu", "noise_seed")
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,9 @@ def check_axes(axes: list[Axis] | tuple[Axis, ...], mode: str) -> None:
                 raise InputError(f"axis {a.name} must be > 0, got {v.tolist()}")
         if a.name == "rho" and np.any(v < 0):
             raise InputError(f"axis rho must be >= 0, got {v.tolist()}")
-        if a.name in ("seed", "mu") and np.any(v < 0):
+        if a.name in ("seed", "mu", "noise_seed") and np.any(v < 0):
             raise InputError(f"axis {a.name} must be >= 0, got {v.tolist()}")
         if a.name == "depth" and (np.any(v < 1) or np.any(v > MAX_LAYERS)):
             raise InputError(f"axis depth must lie in 1..{MAX_LAYERS}, got {v.tolist()}")
-        if a.name == "eta" and mode == "flow":
-            raise InputError("axis eta needs the discrete runner")
+        if a.name in ("eta", "noise_seed") and mode == "flow":
+            raise InputError(f"axis {a.name} needs the discrete runner")

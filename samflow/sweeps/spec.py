@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when i
     from samflow.engine import Points, Setup
     from samflow.model import Model
     from samflow.rules import PerturbationRule
+    from samflow.stochastic import Sampling
 
 SUMMARY_VALUES = 12
 """Per-point scalars of a sweep's result (regime, limit_coord, ..., solver_failed)."""
@@ -95,6 +96,9 @@ class SweepSpec:
         sharpness: take the top Hessian eigenvalue and the trace (needs ``summaries``).
         beta_star: the ground truth of ``test_error`` ``[d]``, or ``()``.
         active_threshold: ``n_active`` counts ``|beta_j|`` above it.
+        seed: the seed of the stochastic steps (minibatches, label noise) where no axis
+            sets it: a ``noise_seed`` axis, else a ``seed`` axis (which then keys both
+            the random initialisation and the steps) (docs/theory.md §11).
     """
 
     rule: PerturbationRule
@@ -118,6 +122,7 @@ class SweepSpec:
     sharpness: bool = False
     beta_star: tuple = field(default=(), repr=False)
     active_threshold: float = inputs.ACTIVE_THRESHOLD
+    seed: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -164,6 +169,12 @@ class SweepSpec:
                 raise InputError(f"axis mu indexes rows 0..{len(rows) - 1} of mu_set")
         elif self.mu_set:
             raise InputError("mu_set is given but no axis mu indexes it")
+        set_(self, "seed", inputs.check_seed(self.seed))
+        inputs.check_sampling(self.runner, self.rule, self.n, self.model.margin_loss)
+        if "noise_seed" in names and self.sampling is None:
+            raise InputError(
+                "axis noise_seed needs stochastic steps (a runner with batch, m or label_noise)"
+            )
         self.check_size()
         if isinstance(self.rule, str):
             from samflow.rules import get_rule
@@ -224,6 +235,7 @@ class SweepSpec:
         summaries: bool | None = None,
         sharpness: bool = False,
         active_threshold: float = inputs.ACTIVE_THRESHOLD,
+        seed: int | None = None,
     ) -> SweepSpec:
         """The description of a run from the forms a user writes, every input checked.
 
@@ -232,7 +244,8 @@ class SweepSpec:
         ``"START:STOP:NUM[:log|:lin]"`` (:mod:`samflow.sweeps.axes`), in grid order
         (``None`` or empty: one point); ``alpha`` is refused beside an axis that sets it
         (``alpha``, ``seed``), ``rho`` beside axis ``rho``. InputError naming the bad
-        value, before anything is computed or compiled.
+        value, before anything is computed or compiled. ``seed`` keys the stochastic
+        steps (default 0); it is refused beside an axis that sets it.
 
         ``loss``, ``parametrization``: the model; ``beta_star`` ``[d]``: the ground truth
         of ``test_error``; ``summaries``: take the regression summaries (None: when the
@@ -259,6 +272,8 @@ class SweepSpec:
             grid.append(parse_axis(f"{name}={values}", d) if text else make_axis(name, values, d))
         if alpha is not None and {"alpha", "seed"} & {a.name for a in grid}:
             raise InputError("alpha is set both as a value and by an axis")
+        if seed is not None and {"seed", "noise_seed"} & {a.name for a in grid}:
+            raise InputError("seed is set both as a value and by an axis")
         return cls(
             rule=method,
             runner=runner,
@@ -283,6 +298,7 @@ class SweepSpec:
             sharpness=sharpness,
             beta_star=() if beta_star is None else tuple(beta_star.tolist()),
             active_threshold=active_threshold,
+            seed=0 if seed is None else seed,
         )
 
     def bytes_needed(self, keep_theta: bool = False) -> int:
@@ -321,7 +337,10 @@ class SweepSpec:
             if fields[name] == value:
                 del fields[name]
         fields["rule"] = rule_identity(self.rule)
-        fields["runner"] = {"type": type(self.runner).__name__, **asdict(self.runner)}
+        runner = self.runner.identity() if self.mode == "discrete" else asdict(self.runner)
+        fields["runner"] = {"type": type(self.runner).__name__, **runner}
+        if self.sampling is None:  # a deterministic run's key is today's
+            del fields["seed"]
         payload = json.dumps(fields, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -332,6 +351,18 @@ class SweepSpec:
     @property
     def size(self) -> int:
         return int(np.prod(self.shape)) if self.axes else 1
+
+    @property
+    def n(self) -> int:
+        """Number of data points."""
+        return 1 if self.mu else len(self.data[0])
+
+    @property
+    def sampling(self) -> Sampling | None:
+        """The stochastic steps resolved against the data (None: deterministic)."""
+        from samflow.stochastic import Sampling
+
+        return Sampling.of(self.runner, self.n)
 
     @property
     def d(self) -> int:
@@ -355,14 +386,15 @@ class SweepSpec:
     @property
     def step_path(self) -> str | None:
         """The discrete step this sweep's points take (None for flows): ``balanced`` when
-        the rule treats layers alike and the model is the paper's, since every point of a
-        sweep starts with equal layers (:meth:`points`; :func:`samflow.engine.step_path`
-        decides per run)."""
+        the rule treats layers alike, the model is the paper's and the steps are
+        full-batch and deterministic, since every point of a sweep starts with equal
+        layers (:meth:`points`; :func:`samflow.engine.step_path` decides per run)."""
         if self.mode != "discrete":
             return None
         from samflow.balanced import BALANCED, GENERAL, rule_applies
 
-        return BALANCED if rule_applies(self.rule) and self.model.default else GENERAL
+        fits = rule_applies(self.rule) and self.model.default and self.sampling is None
+        return BALANCED if fits else GENERAL
 
     @property
     def formulation(self) -> str | None:
@@ -396,6 +428,7 @@ class SweepSpec:
             major=self.major(),
             model=self.model,
             summaries=self.summary_set,
+            sampling=self.sampling,
         )
 
     @property
@@ -446,6 +479,12 @@ class SweepSpec:
             X = np.asarray(self.data[0], dtype=np.float64)[None]
         y = np.asarray(self.data[1], dtype=np.float64) if self.data else np.ones(1)
         eta = self.runner.eta if self.mode == "discrete" else 0.0
+        key = None
+        if self.sampling is not None:
+            from samflow.stochastic import seed_key_data
+
+            seeds = values.get("noise_seed", values.get("seed", np.full(C, self.seed)))
+            key = seed_key_data(seeds)
         return Points(
             theta0=theta0,
             X=np.ascontiguousarray(X),
@@ -454,6 +493,7 @@ class SweepSpec:
             rho=np.broadcast_to(values.get("rho", self.rho), (C,)).astype(np.float64),
             eta=np.broadcast_to(values.get("eta", eta), (C,)).astype(np.float64),
             beta_star=np.asarray(self.beta_star, np.float64) if self.beta_star else None,
+            key=key,
         )
 
     def seed_alpha(self, seeds) -> np.ndarray:

@@ -106,6 +106,9 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         plateau_fraction=spec.plateau_fraction,
         flow_formulation=spec.formulation,
         step_path=spec.step_path,
+        seed=spec.seed
+        if spec.sampling is not None and not varied & {"seed", "noise_seed"}
+        else None,
         history=history,
         **model_attrs(spec),
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
