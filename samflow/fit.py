@@ -15,6 +15,16 @@ Without ``optimizer`` a step is :func:`samflow.steps.step` (``p - eta * g`` at t
 perturbed gradient, ``eta`` from the runner). With an optax ``optimizer`` it is
 :func:`samflow.transform.sam` around it, and the runner's ``eta`` is unused (the
 optimiser has its own learning rate).
+
+Stochastic steps (docs/theory.md §11): give the examples as ``data=(X, y)`` (leading
+axis n) and write ``loss_fn(params, X, y)``, the mean loss over the examples it gets;
+the runner's ``batch``, ``m`` and ``label_noise`` then draw each step's minibatch,
+cut it into m-sharpness groups and add label noise (:mod:`samflow.stochastic`), keyed
+by ``seed``. The recorded loss is ``loss_fn(params, X, y)`` on all the examples::
+
+    result = samflow.fit(lambda p, X, y: jnp.mean((X @ p - y) ** 2) / 2, w0, "sam-l2",
+                         rho=0.1, data=(X, y), seed=3,
+                         runner=samflow.Discrete(eta=0.1, steps=1000, batch=8, m=1))
 """
 
 from __future__ import annotations
@@ -33,7 +43,8 @@ from samflow.loop import record_loop, take_steps
 from samflow.precision import precision
 from samflow.rules import PerturbationRule, check_rho, get_rule
 from samflow.runners import Discrete
-from samflow.steps import step
+from samflow.steps import Groups, step
+from samflow.stochastic import Sampling, draws, group, run_key
 from samflow.transform import apply_step, sam
 
 PyTree = Any
@@ -70,6 +81,8 @@ def fit(
     dtype: str | None = None,
     save_params: bool = False,
     key: Array | None = None,
+    data: tuple[Array, Array] | None = None,
+    seed: int = 0,
 ) -> FitResult:
     """Run ``method`` on ``loss_fn`` from ``params`` with ``runner``'s steps and records.
 
@@ -90,18 +103,38 @@ def fit(
             dtypes, in the process's JAX configuration.
         save_params: also keep the parameters at every record
             (:attr:`FitResult.saved_params`; memory ``T`` times the parameters').
-        key: PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
-            default ``jax.random.key(0)``); other rules ignore it.
+        key: the run's PRNG key: a random rule draws step ``t``'s direction with
+            ``fold_in(key, t)``, the stochastic steps their minibatch and label noise
+            from it (:func:`samflow.stochastic.draws`); default
+            ``jax.random.key(seed)``.
+        data: ``(X, y)``, arrays with a leading axis of ``n`` examples; then
+            ``loss_fn(params, X, y)`` is the mean loss over the examples it is given,
+            and the runner's ``batch``, ``m``, ``label_noise`` apply (``y + delta xi``
+            with random signs ``xi`` per example, broadcast over ``y``'s trailing
+            axes). None: ``loss_fn(params)``, full-batch steps.
+        seed: the seed of the default ``key`` (an integer >= 0).
 
     Raises:
         InputError: unknown method, bad or missing rho, a runner that is not
             ``Discrete``, parameters that are not float arrays, an unknown dtype, records
-            that would not fit in memory, or a loss that is not a scalar (each named).
+            that would not fit in memory, a loss that is not a scalar, stochastic
+            settings without ``data`` or that do not fit it (each named).
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)
     if not isinstance(runner, Discrete):
         raise InputError(f"fit needs a Discrete runner, got {runner!r}")
+    seed = inputs.check_seed(seed)
+    sampling = None
+    if data is not None:
+        data = _check_data(data)
+        n = int(jnp.shape(data[0])[0])
+        inputs.check_sampling(runner, rule, n, margin_loss=False)
+        sampling = Sampling.of(runner, n)
+        if optimizer is not None and sampling is not None and sampling.m is not None:
+            raise InputError(f"m = {runner.m} is not available with an optax optimizer")
+    elif runner.stochastic:
+        raise InputError("batch, m and label_noise need the examples: pass data=(X, y)")
     if not callable(loss_fn):
         raise InputError(f"loss_fn must be a function of the parameters, got {loss_fn!r}")
     leaves = jax.tree_util.tree_leaves(params)
@@ -121,24 +154,45 @@ def fit(
     with precision("float32" if dtype is None else dtype):
         if dtype is not None:
             params = jax.tree_util.tree_map(lambda leaf: jnp.asarray(leaf, dtype), params)
-        shape = jax.eval_shape(loss_fn, params).shape
+        if data is not None:
+            data = tuple(jnp.asarray(a, dtype) if dtype is not None else a for a in data)
+        shape = jax.eval_shape(loss_fn, params, *(data or ())).shape
         if shape != ():
             raise InputError(f"loss_fn must return a scalar, got shape {shape}")
         int_dtype = jax.dtypes.canonicalize_dtype(jnp.int64)
         record_steps = jnp.asarray(runner.times(), int_dtype)
-        if rule.random and key is None:
-            key = jax.random.key(0)
+        if key is None and (rule.random or sampling is not None):
+            key = run_key(seed)
         return _fit_jit(
             params,
             record_steps,
             rho,
             runner.eta,
             key,
+            data,
             loss_fn=loss_fn,
             rule=rule,
             optimizer=optimizer,
             save_params=save_params,
+            sampling=sampling,
         )
+
+
+def _check_data(data) -> tuple[Array, Array]:
+    """``(X, y)``: two arrays with the same leading number of examples (>= 1)."""
+    if isinstance(data, str) or not isinstance(data, tuple | list) or len(data) != 2:
+        raise InputError(f"data must be a pair (X, y) of arrays, got {type(data).__name__}")
+    X, y = data
+    for name, a in (("X", X), ("y", y)):
+        if not hasattr(a, "shape") or jnp.ndim(a) < 1 or jnp.shape(a)[0] < 1:
+            raise InputError(f"data {name} must be an array with a leading axis of examples")
+        if getattr(getattr(a, "dtype", None), "kind", "f") not in "fiu":
+            raise InputError(f"data {name} must hold numbers, got dtype {a.dtype}")
+    if jnp.shape(X)[0] != jnp.shape(y)[0]:
+        raise InputError(
+            f"data: X and y hold {jnp.shape(X)[0]} and {jnp.shape(y)[0]} examples; need the same"
+        )
+    return X, y
 
 
 def _fit(
@@ -147,27 +201,52 @@ def _fit(
     rho: float,
     eta: float,
     key: Array | None,
+    data: tuple[Array, Array] | None,
     *,
-    loss_fn: Callable[[PyTree], Array],
+    loss_fn: Callable[..., Array],
     rule: PerturbationRule,
     optimizer: optax.GradientTransformation | None,
     save_params: bool,
+    sampling: Sampling | None = None,
 ) -> FitResult:
     """Pure run from ``params``, recording at ``record_steps`` ``[T]`` (from 0).
 
     ``rho`` and ``eta`` are traced (a new value does not recompile) and, as Python
-    floats, weakly typed: they take the dtype of the parameters.
+    floats, weakly typed: they take the dtype of the parameters. With ``data``,
+    ``loss_fn(params, X, y)``; ``sampling`` draws each step's examples from ``key``.
     """
+    examples = tuple(data or ())
     grad = jax.grad(loss_fn)
 
     def step_key(t):
         return None if key is None else jax.random.fold_in(key, t)
 
+    def step_data(t):
+        """Step ``t``'s examples ``(X, y)``: the minibatch, with noisy labels."""
+        X, y = examples
+        if sampling is None:
+            return X, y
+        index, xi = draws(key, t, sampling, jnp.result_type(y))
+        if xi is not None:
+            y = y + sampling.label_noise * xi.reshape(-1, *(1,) * (jnp.ndim(y) - 1))
+        if index is not None:
+            X, y = X[index], y[index]
+        return X, y
+
+    def step_groups(batch):
+        if sampling is None or sampling.m is None:
+            return None
+        return Groups(lambda p, g: (grad(p, *g), None), tuple(group(a, sampling) for a in batch))
+
     if optimizer is None:
 
         def one_step(t, carry):
             params, state = carry
-            new, _ = step(params, lambda p: (grad(p), None), rule, rho, eta, key=step_key(t), t=t)
+            batch = step_data(t) if data is not None else ()
+            new, _ = step(
+                params, lambda p: (grad(p, *batch), None), rule, rho, eta,
+                key=step_key(t), t=t, groups=step_groups(batch),
+            )  # fmt: skip
             return new, state
 
         state0 = None
@@ -175,7 +254,8 @@ def _fit(
         tx = sam(optimizer, rho, rule)
 
         def one_step(t, carry):
-            return apply_step(tx, *carry, grad, key=step_key(t), step=t)
+            batch = step_data(t) if data is not None else ()
+            return apply_step(tx, *carry, lambda p: grad(p, *batch), key=step_key(t), step=t)
 
         state0 = tx.init(params)
 
@@ -183,7 +263,7 @@ def _fit(
         return take_steps(one_step, carry, interval.start, interval.length)
 
     def record(carry):
-        out = {"loss": loss_fn(carry[0])}
+        out = {"loss": loss_fn(carry[0], *examples)}
         if save_params:
             out["params"] = carry[0]
         return carry, out
@@ -206,4 +286,6 @@ def _fit(
     )
 
 
-_fit_jit = jax.jit(_fit, static_argnames=("loss_fn", "rule", "optimizer", "save_params"))
+_fit_jit = jax.jit(
+    _fit, static_argnames=("loss_fn", "rule", "optimizer", "save_params", "sampling")
+)

@@ -221,6 +221,34 @@ def model_from_args(args: argparse.Namespace) -> dict:
     )
 
 
+def add_stochastic_args(p: argparse.ArgumentParser) -> None:
+    """``--batch``, ``--m``, ``--label-noise`` (the discrete runner's stochastic steps)
+    and ``--seed`` (docs/theory.md §11)."""
+    p.add_argument(
+        "--batch",
+        type=integer("batch"),
+        help="discrete: minibatch size, a fresh random subset of the n points every step "
+        "(default: all n, the deterministic step)",
+    )
+    p.add_argument(
+        "--m",
+        type=integer("m"),
+        help="discrete, SAM: m-sharpness, one perturbation per group of m points of the "
+        "(mini)batch (1: 1-SAM; default: the whole batch, n-SAM)",
+    )
+    p.add_argument(
+        "--label-noise",
+        type=finite_float("label-noise"),
+        help="discrete: label-noise SGD, labels y + delta * random sign at each step "
+        "(real labels only; default 0)",
+    )
+    p.add_argument(
+        "--seed",
+        type=integer("seed"),
+        help="seed of the stochastic steps' draws (default 0)",
+    )
+
+
 def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
     """``-q/--quiet``: print nothing but errors (no progress bar, no summary);
     ``--compile-cache``: where compiled programs are kept (:mod:`samflow.compile_cache`)."""
@@ -234,7 +262,7 @@ def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
     )
 
 
-DISCRETE_OPTIONS = ("eta", "steps", "record_every", "log_records")
+DISCRETE_OPTIONS = ("eta", "steps", "record_every", "log_records", "batch", "m", "label_noise")
 FLOW_OPTIONS = ("tau_max", "tau_min", "n_save", "formulation", "solver", "rtol", "atol")
 FLOW_OPTIONS += ("max_steps",)
 

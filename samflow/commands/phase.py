@@ -10,6 +10,7 @@ from samflow.commands.common import (
     add_model_args,
     add_output_args,
     add_problem_args,
+    add_stochastic_args,
     finite_float,
     float_list,
     integer,
@@ -25,7 +26,7 @@ from samflow.inputs import DEFAULT_CHUNK, PLATEAU_FRACTION, SEED_ALPHA_RANGE
 def register(sub) -> None:
     p = sub.add_parser(
         "phase",
-        help="regime map over a grid (alpha, rho, depth, eta, mu, alpha_j, seed)",
+        help="regime map over a grid (alpha, rho, depth, eta, mu, alpha_j, seed, noise_seed)",
         description="Run one compiled, vmapped program over a grid of initialisations "
         "and hyper-parameters; write regime, limit coordinate, dominant-coordinate "
         "timelines and hand-off times as netCDF. Chunks are written to <out>.work/ and "
@@ -33,12 +34,15 @@ def register(sub) -> None:
     )
     add_problem_args(p)
     add_model_args(p)
+    add_stochastic_args(p)
     p.add_argument(
         "--axis",
         action="append",
         default=[],
         metavar="NAME=START:STOP:NUM[:log|:lin] | NAME=v1,v2,..",
-        help="grid axis (repeatable): alpha, alpha_1..alpha_d, rho, depth, eta, mu, seed",
+        help="grid axis (repeatable): alpha, alpha_1..alpha_d, rho, depth, eta, mu, seed "
+        "(random alpha_j; with stochastic steps it keys their draws too), noise_seed (the "
+        "stochastic steps' draws only)",
     )
     p.add_argument(
         "--alpha", type=finite_float("alpha"), help="alpha where no axis sets it (default 1)"
@@ -120,6 +124,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
         plateau_fraction=args.plateau_fraction,
         save_trajectories=args.save_trajectories,
         **model_from_args(args),
+        seed=args.seed,
     )
 
 

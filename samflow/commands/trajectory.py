@@ -8,6 +8,7 @@ from samflow.commands.common import (
     add_model_args,
     add_output_args,
     add_problem_args,
+    add_stochastic_args,
     finite_float,
     float_list,
     load_array,
@@ -27,6 +28,7 @@ def register(sub) -> None:
     )
     add_problem_args(p)
     add_model_args(p)
+    add_stochastic_args(p)
     init = p.add_mutually_exclusive_group(required=True)
     init.add_argument("--alpha", type=finite_float("alpha"), help="uniform scale: w^(l) = alpha")
     init.add_argument("--alpha-per-coord", help="per-coordinate scales a1,..,ad")
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         collapse_factor=args.collapse_factor,
         history=args.command_line,
         **model_from_args(args),
+        seed=0 if args.seed is None else args.seed,
     )
     write_dataset(ds, args.out)
     if not args.quiet and "regime" in ds:
