@@ -446,6 +446,54 @@ def model_options_case(rows, args):
         print(f"    cost over the paper's model: x{row['cost_over_paper_model']:.2f}", flush=True)
 
 
+STOCHASTIC_N = 16
+"""Data points of case 7 (Gaussian inputs around 1..d, random labels)."""
+
+
+def stochastic_case(rows, args):
+    """Case 7: the cost of the stochastic steps against full-batch l2-SAM, one sweep
+    (the same (alpha, rho) grid, L = 2, d = 4, n = 16 points) per setting; the rate's
+    ratio to the first row is the cost (samflow_over > 1: slower than full-batch SAM)."""
+    from samflow.rules import GD, SAM_L2
+    from samflow.runners import Discrete
+    from samflow.sweeps.spec import SweepSpec
+
+    rng = np.random.default_rng(0)
+    d, n = 4, STOCHASTIC_N
+    X = rng.normal(size=(n, d)) + np.arange(1.0, d + 1)
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    data = (tuple(map(tuple, X.tolist())), tuple(y.tolist()))
+    settings = [
+        ("full-batch n-SAM", SAM_L2, {}),
+        ("full-batch 1-SAM (m=1)", SAM_L2, {"m": 1}),
+        ("minibatch SAM (batch=4)", SAM_L2, {"batch": 4}),
+        ("minibatch 1-SAM (batch=4, m=1)", SAM_L2, {"batch": 4, "m": 1}),
+        ("full-batch GD", GD, {}),
+        ("SGD (batch=4)", GD, {"batch": 4}),
+    ]
+    for dtype in ("float64",):
+        for name, rule, extra in settings:
+            spec = SweepSpec(
+                rule=rule,
+                runner=Discrete(eta=ETA, steps=args.stochastic_steps, **extra),
+                depth=2,
+                axes=_square_grid(args.stochastic_points),
+                dtype=dtype,
+                data=data,
+            )
+            t = timed(engine_runner(spec, args.chunk), args.repeats)
+            row = record(
+                rows,
+                "7 stochastic steps n=16",
+                f"samflow ({name})",
+                dtype,
+                t,
+                spec.size * d * args.stochastic_steps,
+                note=f"{spec.size} points x {args.stochastic_steps} steps",
+            )
+            row["points"], row["steps"] = spec.size, args.stochastic_steps
+
+
 def _children_cpu() -> float:
     """CPU seconds (user + system) of the finished child processes so far."""
     import resource
@@ -537,7 +585,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
-    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 8 mem")
+    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 7 8 mem")
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
@@ -557,7 +605,9 @@ def main(argv=None) -> int:
     args.cnn_steps = 100 if full else 4  # evaluations at both ends: <1 ms per step
     args.model_points = 4096 if full else 256
     args.model_steps = 2000 if full else 200
-    only = set(args.only or ["1", "2", "3", "4", "5", "6", "8", "mem"])
+    args.stochastic_points = 4096 if full else 256
+    args.stochastic_steps = 500 if full else 50
+    only = set(args.only or ["1", "2", "3", "4", "5", "6", "7", "8", "mem"])
 
     results = {"machine": machine(), "rows": [], "memory": [], "notes": []}
     rows = results["rows"]
@@ -607,6 +657,9 @@ def main(argv=None) -> int:
     if "6" in only:
         print("case 6: compile cache, first and second process")
         compile_cache_case(rows, args)
+    if "7" in only:
+        print("case 7: stochastic steps against full-batch SAM, n = 16 points")
+        stochastic_case(rows, args)
     if "8" in only:
         print("case 8: model options (parametrisation, loss, summaries, sharpness)")
         model_options_case(rows, args)
@@ -639,6 +692,9 @@ def main(argv=None) -> int:
         "a shared machine). The 15 x 16 phase map runs after the 16 x 16 one: both "
         "pad to 256 points, so even its first process finds its program on disk. What is "
         "left in a second process: starting Python and JAX, tracing, writing the file.",
+        f"Case 7: l2-SAM and GD sweeps over a {args.stochastic_points}-point (alpha, rho) "
+        f"grid, L = 2, d = 4, n = {STOCHASTIC_N} Gaussian points; rate = points x d x steps "
+        "/ s; samflow_over = full-batch n-SAM's rate / the row's (the cost of the option).",
         "Case 8: the same discrete l2-SAM sweep (square (alpha, rho) grid, eta = "
         f"{ETA}, n = 8 Gaussian points in d = 16, 3-sparse beta*, logistic labels its "
         "signs) with each model option; 'cost x' is the paper's model's rate over the "

@@ -122,7 +122,7 @@ def trajectory(
     ``sharpness(time)`` and ``hessian_trace(time)``.
 
     ``seed`` keys the stochastic steps of a runner with ``batch``, ``m`` or
-    ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §11); a deterministic run
+    ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §12); a deterministic run
     ignores it.
     """
     inputs.check_model(parametrization, loss, inputs.check_depth(depth))
@@ -369,7 +369,7 @@ def sweep(
     ``sharpness``, ``active_threshold``) are :func:`trajectory`'s; their summaries are
     per grid point and record.
     ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
-    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §11).
+    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §12).
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")

@@ -220,7 +220,7 @@ def simulate(
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
     caller checks the start, :func:`samflow.balanced.applies`).
 
-    Stochastic steps (docs/theory.md §11): ``sampling`` (static,
+    Stochastic steps (docs/theory.md §12): ``sampling`` (static,
     :class:`samflow.stochastic.Sampling`) draws each step's minibatch and label noise
     with :func:`samflow.stochastic.draws` from ``point_keys``, the PRNG keys of the
     trajectories (a key array of shape ``[*batch]``, one per trajectory, so that a

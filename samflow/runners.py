@@ -49,7 +49,7 @@ class Discrete:
         log_records: instead, this many log-spaced records.
         record_steps: instead, exactly these step indices (starting at 0, increasing).
         batch: minibatch size: each step uses ``batch`` examples drawn without
-            replacement, a fresh random subset every step (docs/theory.md §11). None
+            replacement, a fresh random subset every step (docs/theory.md §12). None
             (default): every example, today's deterministic step.
         m: m-sharpness: the (mini)batch is cut into groups of ``m`` examples, each
             group perturbed with its own ``eps_k`` and the descent gradient the mean of

@@ -28,7 +28,7 @@ GradFn = Callable[[PyTree], tuple[PyTree, Any]]
 
 
 class Groups(NamedTuple):
-    """m-sharpness (docs/theory.md §11): the step's examples cut into ``G`` groups.
+    """m-sharpness (docs/theory.md §12): the step's examples cut into ``G`` groups.
 
     Fields:
         grad_fn: ``(params, group) -> (grads, aux)``: the gradient of one group's loss

@@ -223,7 +223,7 @@ def model_from_args(args: argparse.Namespace) -> dict:
 
 def add_stochastic_args(p: argparse.ArgumentParser) -> None:
     """``--batch``, ``--m``, ``--label-noise`` (the discrete runner's stochastic steps)
-    and ``--seed`` (docs/theory.md §11)."""
+    and ``--seed`` (docs/theory.md §12)."""
     p.add_argument(
         "--batch",
         type=integer("batch"),

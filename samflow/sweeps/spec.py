@@ -98,7 +98,7 @@ class SweepSpec:
         active_threshold: ``n_active`` counts ``|beta_j|`` above it.
         seed: the seed of the stochastic steps (minibatches, label noise) where no axis
             sets it: a ``noise_seed`` axis, else a ``seed`` axis (which then keys both
-            the random initialisation and the steps) (docs/theory.md §11).
+            the random initialisation and the steps) (docs/theory.md §12).
     """
 
     rule: PerturbationRule
