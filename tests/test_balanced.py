@@ -143,6 +143,14 @@ def test_choice_and_attribute():
         )
         assert spec.step_path == "general"
     assert not applies("discrete", SAM_L2, np.ones((1, 2, 2)), np.array([2]), Model(loss="squared"))
+    # Stochastic steps (minibatches, m-sharpness) step every layer.
+    data = (np.array([[1.0, 2.0], [2.0, 1.0]]), np.array([1.0, 1.0]))
+    for extra in ({"batch": 1}, {"m": 1}):
+        noisy = Discrete(eta=0.05, steps=40, **extra)
+        spec = SweepSpec.from_inputs(SAM_L2, depth=2, data=data, rho=0.5, runner=noisy)
+        assert spec.step_path == "general"
+        t = samflow.trajectory("sam-l2", depth=2, data=data, alpha=0.5, rho=0.5, runner=noisy)
+        assert t.attrs["step_path"] == "general"
     # Flows have no step.
     flow = SweepSpec.from_inputs(
         "sam-l2", depth=2, mu=[1.0], rho=0.5, runner=samflow.Flow(tau_max=1.0)

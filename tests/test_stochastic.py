@@ -193,6 +193,42 @@ def test_fit_label_noise_minibatch_one_sam_replays_numpy():
     np.testing.assert_allclose(out.loss[-1], 0.5 * np.mean((X @ w - y) ** 2), rtol=1e-12)
 
 
+def test_label_noise_on_u2_v2_regression_replays_numpy():
+    # The diagonal engine with real labels (u2-v2, squared loss): label-noise minibatch
+    # SGD and label-noise 2-SAM, replayed in NumPy with the engine's draws.
+    rng = np.random.default_rng(5)
+    X, y = rng.normal(size=(8, 5)), rng.normal(size=8)
+    a, eta, rho, steps, seed = 0.3, 0.05, 0.1, 15, 4
+
+    def grad(W, Xb, yb):  # W = (u, v): beta = u^2 - v^2, loss (1/2b) ||Xb beta - yb||^2
+        c = Xb.T @ (Xb @ (W[0] ** 2 - W[1] ** 2) - yb) / len(yb)
+        return np.stack([2 * W[0] * c, -2 * W[1] * c])
+
+    for method, m in (("gd", None), ("sam-l2", 2)):
+        runner = samflow.Discrete(eta=eta, steps=steps, record_every=steps, batch=4, m=m,
+                                  label_noise=0.5)  # fmt: skip
+        ds = samflow.trajectory(
+            method, depth=2, data=(X, y), loss="squared", parametrization="u2-v2", alpha=a,
+            rho=None if method == "gd" else rho, runner=runner, seed=seed,
+        )  # fmt: skip
+        sampling = Sampling(n=8, batch=4, m=m, label_noise=0.5)
+        W = np.full((2, 5), a)
+        for t in range(steps):
+            with jax.enable_x64(True):
+                index, xi = map(np.asarray, draws(run_key(seed), t, sampling, jnp.float64))
+            Xb, yb = X[index], (y + 0.5 * xi)[index]
+            if m is None:
+                W = W - eta * grad(W, Xb, yb)
+                continue
+            grads = []
+            for k in range(0, 4, m):
+                g = grad(W, Xb[k : k + m], yb[k : k + m])
+                grads.append(grad(W + rho * g / np.linalg.norm(g), Xb[k : k + m], yb[k : k + m]))
+            W = W - eta * np.mean(grads, axis=0)
+        assert norm_rel(ds["theta_final"].values, W) < RTOL, method
+        assert ds.attrs["label_noise"] == 0.5 and ds.attrs["step_path"] == "general"
+
+
 def test_label_noise_signs_are_fair():
     # 4000 draws of +-1: the mean is within 4 standard deviations (1 / sqrt(4000)) of 0
     sampling = Sampling(n=8, label_noise=1.0)
