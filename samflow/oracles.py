@@ -1,7 +1,8 @@
 """The field's known results on diagonal linear networks, solved without the engine.
 
-NumPy and SciPy only: independent reference answers for the engine's regression runs
-(checked in ``tests/test_oracles.py``). The statements and references are in
+NumPy and SciPy only: these are the independent answers the engine's flows are tested
+against (``tests/test_oracles.py``) and that the ``kernel_rich`` and
+``saddle_to_saddle`` figures draw. The statements and references are in
 docs/theory.md §11.
 
 Setting: regression data ``X`` ``[n, d]`` (``n < d``, full row rank), real ``y``

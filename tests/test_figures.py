@@ -220,3 +220,121 @@ def test_wheel_holds_every_figure_module(tmp_path):
     assert "samflow/commands/figures.py" in names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "samflow = samflow.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+# ---- The regression figures' drawing, on small data (their runs take minutes) ----
+
+
+def _tiny_regression():
+    from samflow.oracles import min_l1_interpolant, min_l2_interpolant, woodworth_interpolant
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3, 6))
+    beta_star = np.array([1.0, -0.5, 0, 0, 0, 0])
+    y = X @ beta_star
+    return X, y, beta_star, woodworth_interpolant, min_l1_interpolant, min_l2_interpolant
+
+
+def test_kernel_rich_draws_each_method_and_names_what_diverged():
+    from samflow.figures import kernel_rich
+
+    X, y, beta_star, wood, l1, l2 = _tiny_regression()
+    alphas = np.geomspace(1e-2, 10, 4)
+    curve = np.stack([wood(X, y, a).beta for a in alphas])
+    methods = list(kernel_rich.METHODS)
+    error = np.tile(np.sum((curve - beta_star) ** 2, 1), (len(methods), 1))
+    loss = np.full_like(error, 1e-12)
+    loss[3, -1] = error[3, -1] = np.nan  # 1-SAM diverged at the largest alpha
+    ds = xr.Dataset(
+        {
+            "loss": (("method", "alpha"), loss),
+            "test_error": (("method", "alpha"), error),
+            "l1_norm": (("method", "alpha"), np.tile(np.abs(curve).sum(1), (4, 1))),
+            "sharpness": (("method", "alpha"), np.tile(4 + alphas**2, (4, 1))),
+            "flow_beta": (("alpha", "coord"), curve),
+            "woodworth_beta": (("curve_alpha", "coord"), curve),
+            "l1_beta": ("coord", l1(X, y)),
+            "l2_beta": ("coord", l2(X, y)),
+            "beta_star": ("coord", beta_star),
+        },
+        coords={"method": methods, "alpha": alphas, "curve_alpha": alphas},
+        attrs={"rho": 0.1, "steps": 100},
+    )
+    fig = kernel_rich.draw(ds)
+    ax_err, _, ax_sharp = fig.axes
+    assert all(ax.get_xscale() == "log" for ax in fig.axes)
+    assert ax_err.get_yscale() == "log" and ax_sharp.get_yscale() == "log"
+    labels = [t.get_text() for t in ax_err.get_legend().get_texts()]
+    assert set(methods) <= set(labels) and "GD flow (engine)" in labels
+    notes = " ".join(t.get_text() for t in ax_err.texts)
+    assert "1-SAM at alpha = 10" in notes and "GD at" not in notes
+    plt.close(fig)
+
+
+def test_saddle_to_saddle_marks_the_jump_times():
+    from samflow.figures import saddle_to_saddle
+    from samflow.oracles import saddle_to_saddle as algorithm
+
+    X, y, *_ = _tiny_regression()
+    saddles = algorithm(X, y)
+    T = np.r_[0.0, np.geomspace(1e-2, 2 * saddles.times[-1], 30)]
+    k = np.searchsorted(saddles.times, T, side="right") - 1  # the limit: beta on saddle k
+    alphas = np.array([1e-8, 1e-6, 1e-4, 1e-2])
+    beta = np.broadcast_to(saddles.betas[k], (len(alphas), *saddles.betas[k].shape))
+    u2v2 = xr.Dataset(
+        {
+            "beta": (("alpha", "T", "coord"), beta),
+            "loss": (("alpha", "T"), np.broadcast_to(saddles.losses[k] + 1e-12, beta.shape[:2])),
+            "n_active": (("alpha", "T"), np.sum(np.abs(beta) > 1e-3, axis=-1)),
+            "saddle_T": ("jump", saddles.times),
+            "saddle_beta": (("jump", "coord"), saddles.betas),
+            "saddle_loss": ("jump", saddles.losses),
+        },
+        coords={"alpha": alphas, "T": T},
+    )
+    alpha_sam = np.array([0.1, 0.5, 0.9])
+    dominant = np.tile(np.repeat([1.0, 2.0, 4.0], 10)[None], (3, 1))
+    sam = xr.Dataset(
+        {"dominant": (("alpha", "T"), np.c_[dominant, dominant[:, :1]])},
+        coords={"alpha": alpha_sam, "T": T},
+    )
+    fig = saddle_to_saddle.draw({"u2v2": u2v2, "l2sam": sam})
+    assert all(ax.get_xscale() == "log" for ax in fig.axes[:4])
+    ax_beta = fig.axes[0]
+    verticals = {line.get_xdata()[0] for line in ax_beta.lines if len(set(line.get_xdata())) == 1}
+    np.testing.assert_allclose(sorted(verticals), saddles.times[1:])
+    plt.close(fig)
+
+
+def test_sam_sparsity_table_counts_the_order():
+    from samflow.figures import sam_sparsity
+
+    shape = (2, 2, 3, 3, 4)  # parametrization, perturbation, variant, problem, rho
+    error = np.empty(shape)
+    error[:, :, 0] = 0.03  # GD
+    error[:, :, 1] = 0.02  # n-SAM
+    error[:, :, 2] = 0.01  # 1-SAM: below n-SAM below GD, except on problem 0
+    error[:, :, 2, 0] = 0.025
+    dims = ("parametrization", "perturbation", "variant", "problem", "rho_index")
+    ds = xr.Dataset(
+        {
+            "test_error": (dims, error),
+            "l1_norm": (dims, np.ones(shape)),
+            "loss": (dims, np.full(shape, 1e-12)),
+            "rho": (("perturbation", "rho_index"), np.array(list(sam_sparsity.RHOS.values()))),
+            "l1_test_error": ("problem", np.zeros(3)),
+            "l1_l1_norm": ("problem", np.ones(3)),
+        },
+        coords={
+            "parametrization": list(sam_sparsity.PARAMETRIZATIONS),
+            "perturbation": list(sam_sparsity.RHOS),
+            "variant": list(sam_sparsity.VARIANTS),
+        },
+        attrs={"alpha": 0.1, "eta": 0.05, "steps": 10, "n": 20, "d": 30, "sparsity": 3},
+    )
+    rows = sam_sparsity.table(ds).splitlines()
+    assert len(rows) == 2 + 2 * 2 * 4
+    assert all(row.endswith("| 3/3 | 2/3 | 2/3 |") for row in rows[2:])
+    fig = sam_sparsity.draw(ds)
+    assert fig.axes[0].get_xscale() == "log" and fig.axes[0].get_yscale() == "log"
+    plt.close(fig)

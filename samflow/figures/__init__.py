@@ -14,7 +14,13 @@
 - ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found;
 - ``phase_plane``: trajectories in the (beta_1, beta_2) plane, GD, l2-SAM, linf-SAM;
 - ``max_margin_l1``: on many points L = 2 finds the l1 max margin, L = 1 the l2 one;
-- ``invariant_map``: the l2-SAM edges in alpha / rho over the direction of mu.
+- ``invariant_map``: the l2-SAM edges in alpha / rho over the direction of mu;
+- ``kernel_rich``: regression, u^2 - v^2: test error, ||beta||_1 and sharpness against
+  alpha for GD, SGD, n-SAM, 1-SAM, with Woodworth's interpolant and the l1 / l2 limits;
+- ``saddle_to_saddle``: u^2 - v^2 flows against t / log(1/alpha) with Pesme &
+  Flammarion's jump times, beside the l2-SAM staircase on the same axes;
+- ``sam_sparsity``: 1-SAM against n-SAM against GD on sparse regression, over rho and
+  random problems (Andriushchenko & Flammarion's claim).
 
 Each also runs alone: ``python -m samflow.figures.<name> [--quick]``. ``_engine`` is
 the sweep runner they share (one compiled program per configuration).
@@ -41,6 +47,9 @@ FIGURES = (
     "phase_plane",
     "max_margin_l1",
     "invariant_map",
+    "kernel_rich",
+    "saddle_to_saddle",
+    "sam_sparsity",
 )
 
 
