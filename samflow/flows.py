@@ -438,6 +438,47 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
         return keep, tprev, tnext, jump, (inner_state, path, last), result
 
 
+def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond_fn):
+    """The diffrax solve of ``field`` from ``y0`` over ``saves`` ``[T]`` (``saves[0] = 0``
+    the start, ``saves[-1]`` the horizon; kept there and at the end), stopped where
+    ``cond_fn`` changes sign, with the leader path watched between the steps
+    (:class:`LeaderWatch`, ``log_beta`` the state's ``log |beta|``). ``start``: beta and
+    its rate at the start, for the first leader; ``major`` (1-based; None: ``argmax_j
+    mu_j`` of one point). Returns the solution and that first leader."""
+    if major is None:
+        if problem.X.shape[0] != 1:
+            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
+        major = jnp.argmax(problem.X[0]) + 1
+    major = jnp.asarray(major, jnp.int32)
+    lead_start = lead_at_start(*start)
+    path0 = path_enter(path_start((), y0.dtype), lead_start, saves[0], -1, major)
+    # max norm: padding rows (constant ones) must not change the step sizes
+    pid = diffrax.PIDController(rtol=config.rtol, atol=config.atol, norm=optx.max_norm)
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(ts=saves), diffrax.SubSaveAt(t1=True)], controller_state=True
+    )
+    with no_host_checks():  # a program with a host callback is never kept on disk
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field),
+            SOLVERS[config.solver](),
+            t0=saves[0],
+            t1=saves[-1],
+            dt0=None,
+            y0=y0,
+            args=args,
+            saveat=saveat,
+            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
+            # No root-find: near a singularity the interpolant is too steep for Newton to
+            # converge, and the adaptive steps there are already tiny, so the end of the
+            # step in which the level is crossed locates the event to well within 1e-6
+            # relative.
+            event=diffrax.Event(cond_fn),
+            max_steps=config.max_steps,
+            throw=False,
+        )
+    return sol, lead_start
+
+
 def integrate(
     theta0: Array,
     problem: Problem,
@@ -519,38 +560,9 @@ def integrate(
         level = log_beta_max(y)
         return jnp.minimum(high - level, level - low)
 
-    # No root-find: near a singularity the interpolant is too steep for Newton to
-    # converge, and the adaptive steps there are already tiny, so the end of the step
-    # in which the level is crossed locates the event to well within 1e-6 relative.
-    event = diffrax.Event(cond_fn)
-    saveat = diffrax.SaveAt(
-        subs=[diffrax.SubSaveAt(ts=save_scaled), diffrax.SubSaveAt(t1=True)],
-        controller_state=True,
+    sol, lead_start = _solve(
+        field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
     )
-    if major is None:
-        if problem.X.shape[0] != 1:
-            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
-        major = jnp.argmax(mu) + 1
-    major = jnp.asarray(major, jnp.int32)
-    lead_start = lead_at_start(beta0, dbeta0)
-    path0 = path_enter(path_start((), dtype), lead_start, save_tau[0], -1, major)
-    # max norm: padding rows (constant ones) must not change the step sizes
-    pid = diffrax.PIDController(rtol=config.rtol, atol=config.atol, norm=optx.max_norm)
-    with no_host_checks():  # a program with a host callback is never kept on disk
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field),
-            SOLVERS[config.solver](),
-            t0=save_scaled[0],
-            t1=save_scaled[-1],
-            dt0=None,
-            y0=y0,
-            args=args,
-            saveat=saveat,
-            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
-            event=event,
-            max_steps=config.max_steps,
-            throw=False,
-        )
     ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
     event = sol.result == diffrax.RESULTS.event_occurred
     collapsed = event & (log_beta_max(y_end) < low + 1)
@@ -646,33 +658,9 @@ def _integrate_model(
     def cond_fn(t, y, args, **kwargs):
         return high - log_beta_max(y)
 
-    saveat = diffrax.SaveAt(
-        subs=[diffrax.SubSaveAt(ts=save_tau), diffrax.SubSaveAt(t1=True)],
-        controller_state=True,
+    sol, lead_start = _solve(
+        field, y0, args, save_tau, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
     )
-    if major is None:
-        if problem.X.shape[0] != 1:
-            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
-        major = jnp.argmax(problem.X[0]) + 1
-    major = jnp.asarray(major, jnp.int32)
-    lead_start = lead_at_start(beta0, dbeta0)
-    path0 = path_enter(path_start((), dtype), lead_start, save_tau[0], -1, major)
-    pid = diffrax.PIDController(rtol=config.rtol, atol=config.atol, norm=optx.max_norm)
-    with no_host_checks():
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field),
-            SOLVERS[config.solver](),
-            t0=save_tau[0],
-            t1=save_tau[-1],
-            dt0=None,
-            y0=y0,
-            args=args,
-            saveat=saveat,
-            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
-            event=diffrax.Event(cond_fn),
-            max_steps=config.max_steps,
-            throw=False,
-        )
     ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
     blowup = sol.result == diffrax.RESULTS.event_occurred
     ok = (sol.result == diffrax.RESULTS.successful) | blowup
