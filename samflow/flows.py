@@ -237,8 +237,9 @@ def formulation_for(
             return usable or "linear"
         if requested != "linear" and requested != usable:
             raise InputError(
-                f"formulation {requested!r} with parametrization {model.parametrization} and "
-                f"loss {model.loss}: only log, for u2-v2, method gd and u = v > 0 at the start"
+                f"formulation {requested!r} is not available for parametrization "
+                f"{model.parametrization}, loss {model.loss}, method {rule.name}: use linear "
+                "(or log: u2-v2, method gd, u = v > 0 at the start)"
             )
         return requested
     closed = rule.balanced.formulation if rule.balanced is not None else None

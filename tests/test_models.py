@@ -20,7 +20,7 @@ from samflow.errors import InputError
 from samflow.flows import FlowConfig, formulation_for, integrate
 from samflow.model import Model, Problem
 from samflow.precision import precision
-from samflow.rules import get_rule
+from samflow.rules import GD, USAM, get_rule
 from samflow.runners import Flow
 from samflow.sweeps.spec import SweepSpec
 
@@ -391,6 +391,15 @@ def test_bad_model_inputs_are_refused(kwargs, message):
     args.update(kwargs)
     with pytest.raises(InputError, match=re.escape(message)):
         SweepSpec.from_inputs("gd", **args)
+
+
+def test_flow_formulation_outside_the_model_is_refused():
+    u2v2 = Model("u2-v2", "squared")
+    assert formulation_for(GD, "auto", False, True, u2v2) == "log"
+    assert formulation_for(USAM, "auto", False, True, u2v2) == "linear"
+    for rule, form in ((USAM, "log"), (GD, "linf")):
+        with pytest.raises(InputError, match=f"formulation '{form}' is not available.*{rule.name}"):
+            formulation_for(rule, form, False, True, u2v2)
 
 
 def test_squared_loss_on_one_point_is_allowed():
