@@ -480,6 +480,28 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
     return sol, lead_start
 
 
+def _ended(sol) -> tuple[Array, Array, Array, Array]:
+    """From a :func:`_solve` solution: the saved states, the state at the end, whether
+    the event stopped the solve, and whether it failed (ended neither at the horizon nor
+    at the event, or with a non-finite state)."""
+    y_end = sol.ys[1][0]
+    event = sol.result == diffrax.RESULTS.event_occurred
+    ok = (sol.result == diffrax.RESULTS.successful) | event
+    return sol.ys[0], y_end, event, ~ok | ~jnp.all(jnp.isfinite(y_end))
+
+
+def _stop(sol, edge: Array, event: Array) -> tuple[LeaderPath, Array]:
+    """From a :func:`_solve` solution: the leader path and the time the solve stopped.
+
+    The event is seen at the end of a step, which can be long in log space (the overflow
+    guard of L = 2 is crossed inside a step from tau ~ 43 to the horizon): where the
+    event stopped it, the stop is placed where ``log max|beta|`` crosses ``edge``,
+    linearly inside that last step; else it is the end of the solve."""
+    _, path, (ta, tb, la, lb) = sol.controller_state
+    frac = jnp.clip((edge - la) / jnp.where(lb != la, lb - la, 1.0), 0.0, 1.0)
+    return path, jnp.where(event, ta + frac * (tb - ta), sol.ts[1][0])
+
+
 def integrate(
     theta0: Array,
     problem: Problem,
@@ -564,22 +586,13 @@ def integrate(
     sol, lead_start = _solve(
         field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
     )
-    ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
-    event = sol.result == diffrax.RESULTS.event_occurred
+    ys, y_end, event, failed = _ended(sol)
     collapsed = event & (log_beta_max(y_end) < low + 1)
     blowup = event & ~collapsed
-    ok = (sol.result == diffrax.RESULTS.successful) | event
-    failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
     unscaled = ys - jnp.log(c) if form == "log" else ys / c
     theta = _to_theta(unscaled, form, n_layers, depth)
-    _, path, (ta, tb, la, lb) = sol.controller_state
+    path, stop = _stop(sol, jnp.where(collapsed, low, high), event)
     path = path._replace(tau=path.tau / speed)
-    # The event is seen at the end of a step, which can be long in log space (the
-    # overflow guard of L = 2 is crossed inside a step from tau ~ 43 to the horizon):
-    # the stop is placed where log max|beta| crosses the edge, linearly inside it.
-    edge = jnp.where(collapsed, low, high)
-    frac = jnp.clip((edge - la) / jnp.where(lb != la, lb - la, 1.0), 0.0, 1.0)
-    stop = jnp.where(event, ta + frac * (tb - ta), t_end)
     # Records beyond the stop, or beyond the upper edge, are past the horizon. A NaN
     # record inside the horizon stays valid, so that the run is FAILED, never
     # classified from its other records.
@@ -662,13 +675,8 @@ def _integrate_model(
     sol, lead_start = _solve(
         field, y0, args, save_tau, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
     )
-    ys, (t_end, y_end) = sol.ys[0], (sol.ts[1][0], sol.ys[1][0])
-    blowup = sol.result == diffrax.RESULTS.event_occurred
-    ok = (sol.result == diffrax.RESULTS.successful) | blowup
-    failed = ~ok | ~jnp.all(jnp.isfinite(y_end))
-    _, path, (ta, tb, la, lb) = sol.controller_state
-    frac = jnp.clip((high - la) / jnp.where(lb != la, lb - la, 1.0), 0.0, 1.0)
-    stop = jnp.where(blowup, ta + frac * (tb - ta), t_end)
+    ys, _, blowup, failed = _ended(sol)
+    path, stop = _stop(sol, high, blowup)
     valid = (save_tau <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
     theta = jnp.where(valid[:, None, None], jax.vmap(to_theta)(ys), jnp.nan)
     b = jnp.where(valid[:, None], jax.vmap(beta_of)(ys), jnp.nan)
