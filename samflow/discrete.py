@@ -117,6 +117,14 @@ class Network(NamedTuple):
     finite: Callable
 
 
+def row_mask(theta0: Array, depth: Array | int) -> Array | None:
+    """The layer mask of ``theta0`` ``[L_max, d, *batch]`` (:func:`samflow.model.layer_mask`),
+    or None where ``depth`` is the static row count: no row is padding."""
+    if isinstance(depth, int | np.integer) and depth == theta0.shape[0]:
+        return None
+    return layer_mask(depth, theta0.shape[0], theta0.dtype)
+
+
 def general_network(
     theta0: Array,
     problem: Problem,
@@ -131,9 +139,7 @@ def general_network(
     count); ``model`` the parametrisation and loss."""
     beta = model.beta
     batch_ndim = theta0.ndim - 2
-    # No padding rows (depth is the static row count): nothing to mask.
-    unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
-    mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
+    mask = row_mask(theta0, depth)
 
     def grad_fn(theta):
         return model.grad_and_aux(theta, problem, mask)
@@ -237,8 +243,7 @@ def simulate(
         net = network(theta0, problem, depth, rho, eta, rule)
     else:
         net = general_network(theta0, problem, depth, rho, eta, rule, model)
-    unpadded = isinstance(depth, int | np.integer) and depth == theta0.shape[0]
-    mask = None if unpadded else layer_mask(depth, theta0.shape[0], theta0.dtype)
+    mask = row_mask(theta0, depth)
 
     def one_step(t, carry):
         state, tau = carry
