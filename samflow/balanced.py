@@ -83,20 +83,28 @@ def rule_applies(rule: PerturbationRule) -> bool:
     return rule.treats_layers_alike and not rule.random
 
 
+def setting_applies(
+    mode: str, rule: PerturbationRule, model: Model = DEFAULT, sampling: object = None
+) -> bool:
+    """Whether runs of this setting take the balanced step from equal layers: a discrete
+    run (``mode``) of the paper's model (product network, logistic loss: the step below is
+    written for it), full-batch and deterministic (no ``sampling``,
+    :class:`samflow.stochastic.Sampling`), with a rule that treats layers alike
+    (:func:`rule_applies`)."""
+    return mode == "discrete" and model.default and sampling is None and rule_applies(rule)
+
+
 def applies(
     mode: str,
     rule: PerturbationRule,
     theta0: np.ndarray,
     depth: np.ndarray,
     model: Model = DEFAULT,
+    sampling: object = None,
 ) -> bool:
-    """Whether a run takes the balanced step: a discrete run (``mode``) of the paper's
-    model (product network, logistic loss: the step below is written for it) with a rule
-    that treats layers alike (:func:`rule_applies`) whose every point starts with equal
-    real layers (:func:`equal_layers`)."""
-    return (
-        mode == "discrete" and model.default and rule_applies(rule) and equal_layers(theta0, depth)
-    )
+    """Whether a run takes the balanced step: its setting does (:func:`setting_applies`)
+    and every point starts with equal real layers (:func:`equal_layers`)."""
+    return setting_applies(mode, rule, model, sampling) and equal_layers(theta0, depth)
 
 
 def _powers(u: Array, top: int) -> list[Array]:

@@ -195,19 +195,19 @@ class Setup:
 
 
 def step_path(setup: Setup, points: Points) -> str:
-    """The step ``points`` (NumPy) run with under ``setup``: ``balanced`` for a discrete
-    setup whose rule treats layers alike and whose points all start with equal real
-    layers (:func:`samflow.balanced.applies`), unless ``setup.step_path`` is
+    """The step ``points`` (NumPy) run with under ``setup``: ``balanced`` where the setup
+    allows it and every point starts with equal real layers
+    (:func:`samflow.balanced.applies`), unless ``setup.step_path`` is
     ``general``; else ``general``. ValueError for ``balanced`` where it does not apply."""
-    ok = setup.sampling is None and balanced.applies(
-        setup.mode, setup.rule, points.theta0, points.depth, setup.model
+    ok = balanced.applies(
+        setup.mode, setup.rule, points.theta0, points.depth, setup.model, setup.sampling
     )
     if setup.step_path == "balanced" and not ok:
         raise ValueError(
             f"the balanced step does not apply to these points (rule {setup.rule.name}, "
             f"mode {setup.mode}, {setup.model}): it needs a discrete run of the product "
-            "network with the logistic loss, equal real layers at every point and a rule "
-            "that treats layers alike"
+            "network with the logistic loss, full-batch deterministic steps, equal real "
+            "layers at every point and a rule that treats layers alike"
         )
     if setup.step_path == "general":
         return balanced.GENERAL

@@ -391,9 +391,9 @@ class SweepSpec:
         layers (:meth:`points`; :func:`samflow.engine.step_path` decides per run)."""
         if self.mode != "discrete":
             return None
-        from samflow.balanced import BALANCED, GENERAL, rule_applies
+        from samflow.balanced import BALANCED, GENERAL, setting_applies
 
-        fits = rule_applies(self.rule) and self.model.default and self.sampling is None
+        fits = setting_applies(self.mode, self.rule, self.model, self.sampling)
         return BALANCED if fits else GENERAL
 
     @property
