@@ -467,3 +467,32 @@ def test_command_line_regression_file(tmp_path):
         beta = ds["beta"].values
         assert norm_rel(ds["test_error"].values, ((beta - star) ** 2).sum(-1)) < 1e-12
     assert main([*argv[:-3], "--beta-star", str(tmp_path / "x.npy"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize(
+    ("x_batch", "v_batch"),
+    [((), ()), ((1,), (5,)), ((1, 1), (3, 5)), ((5,), (5,)), ((1, 5), (3, 5))],
+)
+@pytest.mark.parametrize("n", [1, 7])
+def test_data_contractions_against_numpy(n, x_batch, v_batch):
+    """``sum_j X_ij v_j`` and ``sum_i a_i X_ij`` with data shared by the batch (the
+    matrix product) or varying along it (the sum of rows), against NumPy's einsum in
+    float64. Both forms sum d = 6 or n = 7 products in float64: their difference is a few
+    roundings of the largest term, so 1e-13 of the result's norm is room for reordering
+    and far below a wrong row or a transposed X (O(1))."""
+    from samflow.model import inner_products, weighted_points
+
+    rng = np.random.default_rng(n + len(x_batch))
+    d = 6
+    X = rng.normal(size=(n, d, *x_batch))
+    v = rng.normal(size=(d, *v_batch))
+    a = rng.normal(size=(n, *v_batch))
+    Xb = np.broadcast_to(X, (n, d, *np.broadcast_shapes(x_batch, v_batch)))
+    with precision("float64"):
+        got_p = np.asarray(inner_products(jnp.asarray(X), jnp.asarray(v)))
+        got_c = np.asarray(weighted_points(jnp.asarray(X), jnp.asarray(a)))
+    want_p = np.einsum("ij...,j...->i...", Xb, v)
+    want_c = np.einsum("ij...,i...->j...", Xb, a)
+    assert got_p.shape == want_p.shape and got_c.shape == want_c.shape
+    assert norm_rel(got_p, want_p) < 1e-13
+    assert norm_rel(got_c, want_c) < 1e-13
