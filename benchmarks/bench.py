@@ -454,7 +454,7 @@ def stochastic_case(rows, args):
     """Case 7: the cost of the stochastic steps against full-batch l2-SAM, one sweep
     (the same (alpha, rho) grid, L = 2, d = 4, n = 16 points) per setting; the rate's
     ratio to the first row is the cost (samflow_over > 1: slower than full-batch SAM)."""
-    from samflow.rules import GD, SAM_L2
+    from samflow.rules import GD, SAM_L2, USAM
     from samflow.runners import Discrete
     from samflow.sweeps.spec import SweepSpec
 
@@ -469,6 +469,7 @@ def stochastic_case(rows, args):
         ("minibatch SAM (batch=4)", SAM_L2, {"batch": 4}),
         ("minibatch 1-SAM (batch=4, m=1)", SAM_L2, {"batch": 4, "m": 1}),
         ("full-batch GD", GD, {}),
+        ("full-batch USAM", USAM, {}),
         ("SGD (batch=4)", GD, {"batch": 4}),
     ]
     for dtype in ("float64",):
@@ -692,7 +693,7 @@ def main(argv=None) -> int:
         "a shared machine). The 15 x 16 phase map runs after the 16 x 16 one: both "
         "pad to 256 points, so even its first process finds its program on disk. What is "
         "left in a second process: starting Python and JAX, tracing, writing the file.",
-        f"Case 7: l2-SAM and GD sweeps over a {args.stochastic_points}-point (alpha, rho) "
+        f"Case 7: l2-SAM, GD and USAM sweeps over a {args.stochastic_points}-point (alpha, rho) "
         f"grid, L = 2, d = 4, n = {STOCHASTIC_N} Gaussian points; rate = points x d x steps "
         "/ s; samflow_over = full-batch n-SAM's rate / the row's (the cost of the option).",
         "Case 8: the same discrete l2-SAM sweep (square (alpha, rho) grid, eta = "
