@@ -162,7 +162,8 @@ class Flow:
 
     Attributes:
         tau_max: horizon (> 0).
-        n_save: number of saved times, 0 and ``n_save - 1`` log-spaced ones.
+        n_save: number of saved times, 0 and ``n_save - 1`` log-spaced ones ending at
+            ``tau_max`` (2: 0 and ``tau_max``).
         tau_min: first positive save time (default ``tau_max * TAU_MIN_SHARE``).
         rtol, atol: tolerances of the PID step-size controller.
         solver: one of :data:`SOLVERS`.
@@ -218,9 +219,12 @@ class Flow:
         return self.tau_max * TAU_MIN_SHARE if self.tau_min is None else self.tau_min
 
     def times(self) -> np.ndarray:
-        """Saved times ``[T]`` float64: 0, then log-spaced from ``tau_min`` to ``tau_max``."""
+        """Saved times ``[T]`` float64: 0, then log-spaced from ``tau_min`` to ``tau_max``
+        (the horizon is always the last)."""
         if self.save_tau is not None:
             return np.asarray(self.save_tau, np.float64)
+        if self.n_save == 2:  # no log grid between: 0 and the horizon
+            return np.array([0.0, self.tau_max])
         return np.concatenate([[0.0], np.geomspace(self.first_save, self.tau_max, self.n_save - 1)])
 
     def attrs(self) -> dict:

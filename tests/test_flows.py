@@ -239,3 +239,28 @@ def test_written_out_tsit5_is_diffrax_tsit5(depth):
     assert np.any(~np.isfinite(ys[:, -1]))  # an event ended a run
     finite = np.isfinite(ys)
     np.testing.assert_allclose(np.exp(ys[finite]), np.exp(ref[finite]), rtol=1e-12)
+
+
+def test_two_saves_are_the_start_and_the_horizon():
+    """``n_save = 2`` saves 0 and ``tau_max``: the log grid between them is empty, and
+    the horizon must not shrink to the first log-spaced time (it once became 0.005 of
+    tau_max, and the run stopped there). The save grid does not steer the solve
+    (diffrax interpolates saves inside steps), so the stop and the regime equal those of
+    a finer grid exactly."""
+    import samflow
+
+    assert list(samflow.Flow(tau_max=50.0, n_save=2).times()) == [0.0, 50.0]
+    runs = [
+        samflow.trajectory(
+            "sam-l2",
+            depth=2,
+            mu=[1, 2, 3, 4],
+            alpha=0.5,
+            rho=1.0,
+            runner=samflow.Flow(tau_max=50.0, n_save=n, rtol=1e-6, atol=1e-9),
+        )
+        for n in (2, 7)
+    ]
+    assert [float(r.tau[-1]) for r in runs] == [50.0, 50.0]
+    assert runs[0].attrs["stop_tau"] == runs[1].attrs["stop_tau"] > 40
+    assert int(runs[0].regime) == int(runs[1].regime)
