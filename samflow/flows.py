@@ -70,8 +70,10 @@ from samflow.model import (
     beta,
     exclusive_products,
     grad_and_aux,
+    inner_products,
     layer_mask,
     loss,
+    weighted_points,
 )
 from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_range, top
 from samflow.rules import PerturbationRule
@@ -336,9 +338,9 @@ def u2v2_log_field(tau, R, args):
     """
     problem, a, model = args
     b = u2v2_log_beta(R, a)
-    p = jnp.sum(problem.X * b, axis=1)
+    p = inner_products(problem.X, b)
     _, d1, _ = model._derivatives(p, problem.y)
-    c = jnp.sum(d1[:, None] * problem.X, axis=0) / p.shape[0]
+    c = weighted_points(problem.X, d1) / p.shape[0]
     if model.rescales(problem.X.shape[0]):
         c = c / jnp.abs(d1[0])
     return c

@@ -323,14 +323,15 @@ class Model:
     def predictions(self, theta: Array, problem: Problem) -> Array:
         """``p_i = <beta, x_i>``, ``[n, *batch]`` (:func:`inner_products`).
 
-        Data that vary along the batch with the squared loss: one reduction, not a sum of
-        rows. XLA fuses a sum of rows and the cheap residual ``p - y`` into each
-        coordinate's gradient sum and so computes ``p`` d times over (measured: steps 40x
-        slower at n = 8, d = 16); a reduction is kept apart. The margin losses'
-        transcendental derivatives keep ``p`` apart by themselves.
+        One point with the squared loss: one reduction, not the sum of rows
+        :func:`inner_products` takes for one point. XLA fuses a sum of rows and the cheap
+        residual ``p - y`` into each coordinate's gradient sum and so computes ``p`` d
+        times over (measured: steps 40x slower at n = 8, d = 16, when every n took the
+        sum of rows); a reduction is kept apart. The margin losses' transcendental
+        derivatives keep ``p`` apart by themselves.
         """
         b = self.beta(theta)
-        if self.loss == "squared" and _shared_data(problem.X) is None:
+        if self.loss == "squared" and problem.X.shape[0] == 1:
             return jnp.sum(jnp.swapaxes(problem.X, 0, 1) * b[:, None], axis=0)
         return inner_products(problem.X, b)
 
