@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from samflow import compile_cache
 from samflow.errors import InputError, RunFailure
+from samflow.host_memory import reuse_host_memory
 from samflow.version import __version__
 
 COMMAND_MODULES = (
@@ -104,7 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 class _cpu_cores:
     """The command line owns its process: one JAX device per CPU core
-    (:func:`samflow.devices.use_cpu_cores`), so that sweeps shard over every core.
+    (:func:`samflow.devices.use_cpu_cores`), so that sweeps shard over every core, and
+    freed memory kept for the next chunk (:func:`samflow.host_memory.reuse_host_memory`).
 
     JAX reads ``JAX_NUM_CPU_DEVICES`` when it is imported, which a command does only
     once its inputs are checked; set for the command's duration (not the caller's,
@@ -123,6 +125,7 @@ class _cpu_cores:
         elif self.NAME not in os.environ and "device_count" not in os.environ.get("XLA_FLAGS", ""):
             os.environ[self.NAME] = str(os.cpu_count() or 1)
             self.set = True
+        reuse_host_memory()
 
     def __exit__(self, *exc) -> None:
         if self.set:
