@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -84,13 +85,13 @@ def engine_runner(spec, chunk: int = 16384):
     :func:`samflow.sweep` runs it (without assembling a Dataset)."""
     import jax
 
-    from samflow.sweeps.store import chunk_plan, compute
+    from samflow.sweeps.store import chunk_plan, computed
 
     setup = spec.setup()
     size, blocks = chunk_plan(spec.size, chunk, len(jax.devices()))
 
     def run():
-        return [compute(setup, spec, flat, size) for flat in blocks]
+        return list(computed(setup, spec, blocks, size))
 
     return run
 
@@ -142,9 +143,15 @@ def record(rows, case, impl, dtype, t, work, unit="coordinate-steps/s", note="",
 
 
 # ------------------------------------------------------------------ cases
-def discrete_case(rows, case, points, depth, d, steps, dtypes, args, baselines=True):
+def discrete_case(
+    rows, case, points, depth, d, steps, dtypes, args, baselines=True, records_row=False
+):
+    """The engine's row (the default 100 records) and, with ``baselines``, every
+    baseline's; ``records_row`` adds the engine with 3 records (0, steps / 2, steps): the
+    difference is what the records cost."""
     from benchmarks import baselines as bl
     from benchmarks import roofline
+    from samflow.runners import Discrete
 
     for dtype in dtypes:
         spec = l2_spec(points, depth, d, steps, dtype)
@@ -152,6 +159,11 @@ def discrete_case(rows, case, points, depth, d, steps, dtypes, args, baselines=T
         t = timed(engine_runner(spec, args.chunk), args.repeats)
         eng = record(rows, case, "samflow (sweep engine)", dtype, t, work)
         eng["points"], eng["steps"], eng["depth"], eng["d"] = spec.size, steps, depth, d
+        if records_row:
+            few = replace(spec, runner=Discrete(eta=ETA, steps=steps, record_every=steps // 2))
+            t = timed(engine_runner(few, args.chunk), args.repeats)
+            n = len(few.runner.times())
+            record(rows, case, f"samflow, {n} records", dtype, t, work, note="records' cost apart")
         if not baselines:
             continue
         inputs = bl.grid_inputs(spec.size, depth, d, np.dtype(dtype))
@@ -590,8 +602,10 @@ def main(argv=None) -> int:
     p.add_argument("--no-readme", action="store_true")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
+    from samflow.host_memory import reuse_host_memory
 
-    use_cpu_cores()  # as the command line does
+    use_cpu_cores()
+    reuse_host_memory()  # as the command line does
     full = not args.quick
     args.points = 65536 if full else 4096
     args.steps = 2000 if full else 200
@@ -623,6 +637,7 @@ def main(argv=None) -> int:
             args.steps,
             ["float32", "float64"],
             args,
+            records_row=True,
         )
     if "2" in only:
         print("case 2: L=3 and d=16")
@@ -672,7 +687,11 @@ def main(argv=None) -> int:
     results["load_average_end"] = os.getloadavg()
     results["notes"] = [
         f"Discrete grids: square (alpha, rho) grids, balanced init, eta = {ETA}, mu = 1..d; "
-        "rate = points x d x steps / s.",
+        "rate = points x d x steps / s. The engine runs them as samflow.sweep does: "
+        "chunks of --chunk points, each dispatched before the one before it is "
+        "collected, with samflow.host_memory.reuse_host_memory() on (as the command "
+        "line). The default 100 records and, in case 1, 3 records (0, steps / 2, "
+        "steps): their difference is what the records cost.",
         "NumPy and PyTorch run the same grid for as many steps as take about "
         f"{args.baseline_seconds:g} s (their cost per step is constant); the optax loop times "
         f"{args.optax_traj} trajectories of the full length and extrapolates.",

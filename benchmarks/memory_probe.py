@@ -22,18 +22,20 @@ def vm_hwm_bytes() -> int:
 def main() -> None:
     points, steps, dtype, chunk = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     from samflow.devices import use_cpu_cores
+    from samflow.host_memory import reuse_host_memory
 
     use_cpu_cores()
+    reuse_host_memory()
     import jax
 
     from benchmarks.bench import l2_spec
-    from samflow.sweeps.store import chunk_plan, compute
+    from samflow.sweeps.store import chunk_plan, computed
 
     spec = l2_spec(points, depth=2, d=4, steps=steps, dtype=dtype)
     setup = spec.setup()
     size, blocks = chunk_plan(spec.size, chunk, len(jax.devices()))
-    for flat in blocks:
-        compute(setup, spec, flat, size)
+    for _ in computed(setup, spec, blocks, size):  # as a sweep runs them
+        pass
     print(json.dumps({"points": spec.size, "peak_rss_bytes": vm_hwm_bytes()}))
 
 

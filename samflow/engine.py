@@ -9,7 +9,9 @@ times are an argument, so one program serves every horizon and schedule of a kin
 :func:`run_points` pads the number of points and of records to a few sizes per
 doubling (:func:`bucket`; padded records are masked out of every summary), so that a
 new grid size or record count seldom compiles again; compiled programs are kept on
-disk across processes (:mod:`samflow.compile_cache`).
+disk across processes (:mod:`samflow.compile_cache`). :func:`start_points` dispatches a
+batch without waiting for it, and :func:`one_ahead` runs a sequence of batches with the
+next one on the devices while the caller handles the results of the one before.
 
 Inside the program each point runs the discrete runner (with the regime classifier as
 its observer, :data:`samflow.regimes.OBSERVER`; the balanced step of
@@ -25,9 +27,9 @@ tile's data stay in cache; discrete tiles are batch-last (docs/theory.md §7b an
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -47,6 +49,8 @@ from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
 from samflow.stochastic import Sampling
 from samflow.summaries import Summaries, record_summaries
+
+Item, Result = TypeVar("Item"), TypeVar("Result")
 
 KEEP = ("beta", "theta")
 """What a program may keep besides the summaries: ``beta`` ``[C, T, d]`` at every
@@ -76,8 +80,8 @@ cut back to the records asked for by :func:`run_points`."""
 
 POINT_SIZES, RECORD_SIZES = 4, 8
 """Padded sizes per doubling (:func:`bucket`) of the number of points and of records:
-each padded record costs about four steps in every point, so records get finer steps
-(at most 1/8 of padding) than points (at most 1/4)."""
+each padded record costs about ten steps in every point (bench case 1), so records get
+finer steps (at most 1/8 of padding) than points (at most 1/4)."""
 
 
 def bucket(n: int, multiple: int = 1, per_doubling: int = POINT_SIZES) -> int:
@@ -525,6 +529,33 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
     return args, jnp.asarray(times, index_dtype if setup.mode == "discrete" else dt)
 
 
+def start_points(
+    setup: Setup, points: Points, times: np.ndarray
+) -> Callable[[], dict[str, np.ndarray]]:
+    """:func:`run_points`, dispatched: the program starts on the devices and this returns
+    at once a function that waits for it and returns the results.
+
+    JAX runs a dispatched program in the background, so the caller's own work (the
+    previous chunk's results, a file being written: :func:`one_ahead`) overlaps the
+    devices' run.
+    """
+    C, T = points.size, len(times)
+    setup = replace(setup, step_path=step_path(setup, points))
+    n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
+    padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
+    times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
+    fn = program(setup)
+    with precision(setup.dtype):
+        running = fn(*place(setup, padded, times), T)
+
+    def result() -> dict[str, np.ndarray]:
+        with precision(setup.dtype):
+            out = {k: np.asarray(v) for k, v in devices.gather(running).items()}
+        return {k: v[:C, :T] if k in RECORDED else v[:C] for k, v in out.items()}
+
+    return result
+
+
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
     """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
 
@@ -534,13 +565,25 @@ def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.
     one size serves every size of its bucket; the padding is cut off the results. A
     sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
     """
-    C, T = points.size, len(times)
-    setup = replace(setup, step_path=step_path(setup, points))
-    n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
-    padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
-    times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
-    fn = program(setup)
-    with precision(setup.dtype):
-        out = devices.gather(fn(*place(setup, padded, times), T))
-        out = {k: np.asarray(v) for k, v in out.items()}
-    return {k: v[:C, :T] if k in RECORDED else v[:C] for k, v in out.items()}
+    return start_points(setup, points, times)()
+
+
+def one_ahead(
+    items: Iterable[Item], start: Callable[[Item], Callable[[], Result]]
+) -> Iterator[Result]:
+    """The results of ``start(item)()`` for each of ``items``, in order, each item started
+    before the result of the one before it is taken.
+
+    ``start`` dispatches (:func:`start_points`) and returns the function that waits for
+    the result; so while the caller handles one chunk's results (to NumPy, into a
+    Dataset, onto disk), the devices already run the next chunk. At most two chunks
+    are in flight.
+    """
+    waiting = None
+    for item in items:
+        started = start(item)
+        if waiting is not None:
+            yield waiting()
+        waiting = started
+    if waiting is not None:
+        yield waiting()

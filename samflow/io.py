@@ -87,12 +87,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def write_dataset(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` as netCDF-4, zlib-compressed, atomically (:func:`atomic_write`),
-    with the fill values its schema gave it (:func:`samflow.schema.encoding`)."""
+def write_dataset(ds: xr.Dataset, path: str | os.PathLike, compress: bool = True) -> Path:
+    """Write ``ds`` to ``path`` as netCDF-4, zlib-compressed unless not ``compress``,
+    atomically (:func:`atomic_write`), with the fill values its schema gave it
+    (:func:`samflow.schema.encoding`)."""
     from samflow.schema import encoding  # here: the schema imports JAX, io is imported early
 
-    enc = encoding(ds)
+    enc = encoding(ds, compress)
     try:
         return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="netcdf4", encoding=enc))
     except RuntimeError as err:  # netCDF4 reports a full disk as "NetCDF: HDF error"

@@ -321,14 +321,22 @@ def file_attrs(history: str | None = None, **settings) -> dict:
     return out
 
 
-def encoding(ds: xr.Dataset) -> dict[str, dict]:
-    """netCDF-4 encoding of ``ds``: zlib for numeric arrays, the fill values set by
-    :meth:`Schema.conform` (none on coordinates: CF wants them complete)."""
+COMPLEVEL = 1
+"""zlib level of the files (with the byte shuffle filter, which groups the bytes of equal
+significance of every value). Measured on a 65536-point sweep's file (125 MB of arrays,
+float32, 2026-12-04): level 4 wrote in 1.30 s to 36.4 MB, level 1 in 0.99 s to 38.0 MB,
+and without shuffle 2.2 s and 1.6 s to 56 MB; without compression 0.1 s to 125 MB."""
+
+
+def encoding(ds: xr.Dataset, compress: bool = True) -> dict[str, dict]:
+    """netCDF-4 encoding of ``ds``: zlib (:data:`COMPLEVEL`, shuffled) for numeric arrays
+    unless not ``compress``, the fill values set by :meth:`Schema.conform` (none on
+    coordinates: CF wants them complete)."""
     out = {}
     for name, var in ds.variables.items():
         enc = {}
-        if var.dtype.kind in "biuf" and var.ndim > 0:
-            enc.update(zlib=True, complevel=4)
+        if compress and var.dtype.kind in "biuf" and var.ndim > 0:
+            enc.update(zlib=True, complevel=COMPLEVEL, shuffle=True)
         if "_FillValue" in var.encoding or name in ds.coords:
             enc["_FillValue"] = var.encoding.get("_FillValue")
         out[name] = enc

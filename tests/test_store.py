@@ -156,3 +156,48 @@ def test_files_honour_the_umask(tmp_path, umask, mode):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == mode
+
+
+def test_one_ahead_starts_the_next_chunk_before_taking_a_result():
+    """Chunks are taken in order, and each is started before the one before it is taken
+    (so the devices run it while the caller writes the other); at most two are open."""
+    from samflow.engine import one_ahead
+
+    log = []
+
+    def start(i):
+        log.append(("start", i))
+        return lambda: log.append(("take", i)) or 10 * i
+
+    assert list(one_ahead(range(3), start)) == [0, 10, 20]
+    assert log == [
+        ("start", 0),
+        ("start", 1),
+        ("take", 0),
+        ("start", 2),
+        ("take", 1),
+        ("take", 2),
+    ]
+    assert list(one_ahead([], start)) == []
+
+
+def test_chunks_are_written_plain_and_the_file_compressed(tmp_path, clean):
+    """The work folder's chunks skip zlib (they live until the sweep ends); the final file
+    is compressed (level COMPLEVEL, shuffled) and holds the same values."""
+    import netCDF4
+
+    from samflow.schema import COMPLEVEL
+
+    out = tmp_path / "c.nc"
+    status, _ = run_phase(out, chunk=8, stop_after=1)
+    assert status == 130
+    (chunk,) = (tmp_path / "c.nc.work").glob("chunk_*.nc")
+    with netCDF4.Dataset(chunk) as nc:
+        assert not nc["regime"].filters()["zlib"]
+        assert not nc["beta_norm"].filters()["zlib"]
+    status, err = run_phase(out, chunk=8)
+    assert status == 0, err
+    with netCDF4.Dataset(out) as nc:
+        filters = nc["beta_norm"].filters()
+        assert filters["zlib"] and filters["shuffle"] and filters["complevel"] == COMPLEVEL
+    same_result(xr.load_dataset(out), clean)

@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.engine import run_points, step_path
+from samflow.engine import one_ahead, run_points, start_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
 from samflow.runners import TAU_MIN_SHARE, Discrete, Flow
@@ -126,7 +126,8 @@ def sweep(
     batch = batch_size(quick, spec) if batch is None else batch
     batch, blocks = chunk_plan(spec.size, batch, len(devices.mesh().devices.flat))
     chunks, paths = [], set()
-    for flat in blocks:
+
+    def start(flat):
         padded = np.concatenate([flat, np.full(batch - len(flat), flat[-1])])
         points = spec.points(padded)
         for key, value in (overrides or {}).items():
@@ -134,8 +135,10 @@ def sweep(
             if key == "theta0":  # given with the spec's own layers: pad to n_layers
                 value = pad_layers(value, n_layers)
             points = points._replace(**{key: value})
-        out = run_points(setup, points, spec.times())
         paths.add(step_path(setup, points))
+        return start_points(setup, points, spec.times())
+
+    for flat, out in zip(blocks, one_ahead(blocks, start), strict=True):
         if not keep_beta:
             out.pop("beta")
         chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat, spec.dtype))

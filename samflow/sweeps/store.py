@@ -7,6 +7,8 @@ a rerun of the same sweep reads the chunks whose key and point range match and
 recomputes every other one (a chunk of another sweep, of another chunk size or an
 unreadable one is never used); then the final file is assembled and the work folder is
 removed. An interrupted and resumed sweep gives the same file as an uninterrupted one.
+Each chunk runs on the devices while the results of the one before it are converted and
+written (:func:`computed`), so at most two chunks are in memory at once.
 Without an output path nothing is written. What the files hold:
 :data:`samflow.schema.SWEEP`.
 """
@@ -17,13 +19,14 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.engine import Setup, run_points
+from samflow.engine import Setup, one_ahead, start_points
 from samflow.errors import InputError
 from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, write_dataset, write_text_atomic
@@ -43,12 +46,27 @@ def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndar
     return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
 
 
-def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> dict:
-    """Run the grid points ``flat`` (padded to ``chunk_size``); NumPy ``[len(flat), ...]``."""
+def start(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> Callable[[], dict]:
+    """Dispatch the grid points ``flat`` (padded to ``chunk_size``); the returned function
+    waits and gives their NumPy results ``[len(flat), ...]``
+    (:func:`samflow.engine.start_points`)."""
     n = len(flat)
     padded = np.concatenate([flat, np.full(chunk_size - n, flat[-1])])
-    out = run_points(setup, spec.points(padded), spec.times())
-    return {k: v[:n] for k, v in out.items()}
+    result = start_points(setup, spec.points(padded), spec.times())
+    return lambda: {k: v[:n] for k, v in result().items()}
+
+
+def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> dict:
+    """Run the grid points ``flat`` (padded to ``chunk_size``); NumPy ``[len(flat), ...]``."""
+    return start(setup, spec, flat, chunk_size)()
+
+
+def computed(
+    setup: Setup, spec: SweepSpec, blocks: Iterable[np.ndarray], chunk_size: int
+) -> Iterator[dict]:
+    """:func:`compute` of each of ``blocks``, in order, the next chunk running on the
+    devices while the caller handles one (:func:`samflow.engine.one_ahead`)."""
+    return one_ahead(blocks, lambda flat: start(setup, spec, flat, chunk_size))
 
 
 def chunk_dataset(chunk: dict[str, np.ndarray], flat: np.ndarray, dtype: str) -> xr.Dataset:
@@ -228,10 +246,8 @@ def run(
     if out is None:
         with _Progress(spec.size, progress) as bar:
             chunks = []
-            for flat in blocks:
-                chunks.append(
-                    chunk_dataset(compute(setup, spec, flat, chunk_size), flat, spec.dtype)
-                )
+            for flat, out in zip(blocks, computed(setup, spec, blocks, chunk_size), strict=True):
+                chunks.append(chunk_dataset(out, flat, spec.dtype))
                 bar.update(len(flat))
         return assemble(spec, chunks, attrs)
 
@@ -275,15 +291,20 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
     todo = devices.agreed(np.array([ch is None for ch in found]))
     stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
     done_now = 0
+    # The chunks to do, in order, each computed while the one before is written.
+    results = computed(setup, spec, [b for b, t in zip(blocks, todo, strict=True) if t], chunk_size)
     with _Progress(spec.size, progress) as bar:
         if progress and not todo.all():
             bar.write(f"resuming: {int((~todo).sum())} of {len(blocks)} chunks done")
         for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
             if todo[i]:
-                ds = chunk_dataset(compute(setup, spec, flat, chunk_size), flat, spec.dtype)
+                ds = chunk_dataset(next(results), flat, spec.dtype)
                 ds.attrs["sweep_key"] = key
                 if devices.is_writer():
-                    write_dataset(ds, path)
+                    # A chunk lives until the sweep is done: written uncompressed (zlib
+                    # took four times as long as computing it, bench case 1's grid), no
+                    # larger on disk than the results in memory (SweepSpec.check_size).
+                    write_dataset(ds, path, compress=False)
                 found[i] = ds
                 done_now += 1
                 if stop_after and done_now >= stop_after:
