@@ -126,3 +126,28 @@ def test_a_rule_without_closed_form_uses_the_generic_field():
     mine = solve_flow(single_point(mu), balanced(0.5, 4, 2), 2, rule, 0.5, taus)
     ref = solve_flow(single_point(mu), balanced(0.5, 4, 2), 2, "sam-l2", 1.0, taus)
     np.testing.assert_allclose(mine.beta, ref.beta, rtol=1e-6)  # two adaptive solves
+
+
+def test_signed_int_pow_against_numpy():
+    """Binary powering against NumPy's float64 power, for every depth - 1 the engine may
+    use (0..255) and signs, zeros, tiny and large x: equal where k = 0 or 1; within
+    4 k ulps otherwise (each multiply rounds once, and the error of x^(2^i) doubles
+    with each squaring: at most about 2 k rounding errors, relative). Overflow gives
+    inf as NumPy does; underflow 0 (XLA flushes subnormals) or a subnormal."""
+    from samflow.rules import signed_int_pow
+
+    x = np.array([-3.0, -1.5, -1.0, -0.7, -1e-3, 0.0, 1e-3, 0.3, 1.0, 1.01, 2.5])
+    k = np.arange(256)
+    with precision("float64"):
+        got = np.asarray(jax.jit(signed_int_pow)(jnp.asarray(x)[:, None], jnp.asarray(k)))
+    with np.errstate(over="ignore", under="ignore"):
+        want = np.power(x[:, None], k[None, :])
+    np.testing.assert_array_equal(got[:, :2], want[:, :2])
+    finite = np.isfinite(want) & (np.abs(want) > np.finfo(float).tiny)
+    rel = np.abs(got - want)[finite] / np.abs(want)[finite]
+    assert np.all(rel <= 4 * np.broadcast_to(k, want.shape)[finite] * np.finfo(float).eps)
+    big = ~np.isfinite(want)
+    np.testing.assert_array_equal(got[big], want[big])
+    # Below the smallest normal number XLA flushes to zero where NumPy keeps subnormals.
+    small = ~finite & ~big
+    assert np.all(np.abs(got[small]) <= np.finfo(float).tiny)
