@@ -165,3 +165,18 @@ def test_subprocess_has_no_traceback(tmp_path, args):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_demo_runs_and_names_each_regime(tmp_path, capsys):
+    """`samflow demo`, the built-in default problem: l2-SAM and GD at the three alphas,
+    each file written, l2-SAM landing in the regime it stands for, and the figure."""
+    from samflow.commands.demo import DEMO_ALPHAS
+
+    status, err = run_cli(["demo", "--out", str(tmp_path), "-q"], capsys)
+    assert status == 0, err
+    for name, alpha in DEMO_ALPHAS.items():
+        sam = xr.load_dataset(tmp_path / f"sam-l2_alpha{alpha:g}.nc")
+        assert sam.attrs["regime_meaning"] == name
+        gd = xr.load_dataset(tmp_path / f"gd_alpha{alpha:g}.nc")
+        assert gd.attrs["method"] == "gd" and gd.attrs.get("rho", 0) == 0
+    assert (tmp_path / "timelines.png").stat().st_size > 10_000

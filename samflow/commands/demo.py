@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
                 depth=2,
                 mu=DEMO_MU,
                 alpha=alpha,
-                rho=1.0,
+                rho=1.0 if method == "sam-l2" else None,  # GD has no ascent step: no rho
                 runner=Flow(tau_max=50.0),
                 history=getattr(args, "command_line", None),
             )
@@ -50,11 +50,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{path}: {ds.attrs['regime_meaning']} (expected for sam-l2: {name})")
             if method == "sam-l2":
                 timeline(ds, axes[0, col], axes[1, col], title=f"l2-SAM, alpha = {alpha:g}")
-                axes[0, col].set_title(
-                    f"l2-SAM flow, L = 2, mu = (1,2,3,4), rho = 1, alpha = {alpha:g}: "
-                    f"{ds.attrs['regime_meaning']}",
-                    fontsize=9,
-                )
+                axes[0, col].set_title(f"alpha = {alpha:g}: {ds.attrs['regime_meaning']}")
+    fig.suptitle("l2-SAM rescaled flow, L = 2, mu = (1, 2, 3, 4), rho = 1")
     for ext in ("png", "pdf"):
         path = save_figure(fig, out / f"timelines.{ext}")
         if not args.quiet:
