@@ -9,7 +9,7 @@ Unit: coordinate-steps per second = grid points x d x steps / seconds; flows:
 trajectories per second at the stated tolerance. Every figure is the median of
 ``--repeats`` (>= 5) runs after one warm-up run; for JAX the warm-up's extra time over
 the median is reported as compile time. The engine is timed through the point runner
-(``samflow.sweeps.store.compute`` over the chunks of ``chunk_plan``): the program
+(``samflow.sweeps.store.computed`` over the chunks of ``chunk_plan``): the program
 behind ``samflow.sweep`` and ``samflow phase``, without writing files.
 """
 
@@ -151,7 +151,6 @@ def discrete_case(
     difference is what the records cost."""
     from benchmarks import baselines as bl
     from benchmarks import roofline
-    from samflow.runners import Discrete
 
     for dtype in dtypes:
         spec = l2_spec(points, depth, d, steps, dtype)
@@ -160,7 +159,7 @@ def discrete_case(
         eng = record(rows, case, "samflow (sweep engine)", dtype, t, work)
         eng["points"], eng["steps"], eng["depth"], eng["d"] = spec.size, steps, depth, d
         if records_row:
-            few = replace(spec, runner=Discrete(eta=ETA, steps=steps, record_every=steps // 2))
+            few = replace(spec, runner=replace(spec.runner, record_every=steps // 2))
             t = timed(engine_runner(few, args.chunk), args.repeats)
             n = len(few.runner.times())
             record(rows, case, f"samflow, {n} records", dtype, t, work, note="records' cost apart")

@@ -246,8 +246,9 @@ def run(
     if out is None:
         with _Progress(spec.size, progress) as bar:
             chunks = []
-            for flat, out in zip(blocks, computed(setup, spec, blocks, chunk_size), strict=True):
-                chunks.append(chunk_dataset(out, flat, spec.dtype))
+            results = computed(setup, spec, blocks, chunk_size)
+            for flat, result in zip(blocks, results, strict=True):
+                chunks.append(chunk_dataset(result, flat, spec.dtype))
                 bar.update(len(flat))
         return assemble(spec, chunks, attrs)
 
