@@ -39,7 +39,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from samflow import balanced, compile_cache, devices
 from samflow.discrete import Observer, simulate
-from samflow.flows import FlowConfig, integrate
+from samflow.flows import FlowConfig, integrate, start_rate
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.layout import argmax_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
@@ -156,8 +156,9 @@ class Setup:
         collapse_factor, plateau_fraction: options of :func:`samflow.regimes.finish`.
         keep: names from :data:`KEEP` to return besides the summaries.
         padding: whether rows of ``theta0`` beyond a point's depth may be padding.
-            Without it a discrete program takes every row as a real layer and ignores
-            ``depth``, which saves the layer mask in every step.
+            Without it a program takes every row as a real layer and ignores ``depth``
+            (a static depth): a discrete one saves the layer mask in every step, a flow's
+            closed form drops what is constant at that depth.
         sharded: tile and spread the points over every device; without it the batch
             runs as one piece on the default device (single trajectories).
         major: the major coordinate (1-based) of ``n``-point data shared by every point
@@ -366,7 +367,9 @@ def _flow_tile(setup: Setup) -> Callable:
         sol = integrate(
             theta0,
             problem,
-            depth,
+            # Without padding rows every row is a real layer: a static depth, for which
+            # the closed forms drop what is constant (samflow.rules, the log form).
+            depth if setup.padding else theta0.shape[0],
             rho,
             times,
             rule=setup.rule,
@@ -416,6 +419,33 @@ def _flow_tile(setup: Setup) -> Callable:
         )
 
     return tile
+
+
+def _start_rate(setup: Setup, theta0, X, y, depth, rho) -> Array:
+    """One point's :func:`samflow.flows.start_rate` under ``setup``."""
+    return start_rate(
+        theta0, Problem(X, y), depth, rho, rule=setup.rule, config=setup.flow, model=setup.model
+    )
+
+
+def cost_order(rate: Array, slots: int, n_devices: int) -> Array:
+    """The permutation ``[slots]`` that lays a chunk's flow points out in tiles: slot
+    ``p`` gets padded point ``perm[p]`` (points beyond ``C = len(rate)`` are copies of
+    the last one).
+
+    A tile solves its trajectories in lockstep until the slowest is done, so each tile
+    should hold trajectories of like length: the points are sorted by their start
+    ``rate`` (:func:`samflow.flows.start_rate`, a stand-in for the regime and so for
+    the number of solver steps). The sorted points are then dealt to the devices in
+    turn (device k gets sorted points k, k + n, k + 2n, ...), so that each device's
+    contiguous share of the slots gets as much work as the others. NaN rates sort last.
+    On the bench's 64 x 64 (alpha, rho) grid of l2-SAM flows the steps the tiles pay
+    for fall from 1.57 to 1.26 times the steps the trajectories need.
+    """
+    C = rate.shape[0]
+    padded = rate[jnp.minimum(jnp.arange(slots), C - 1)]
+    order = jnp.argsort(padded, stable=True)
+    return order.reshape(slots // n_devices, n_devices).T.reshape(slots)
 
 
 @functools.lru_cache(maxsize=64)
@@ -479,12 +509,25 @@ def traced_program(setup: Setup) -> Callable:
         n_records = jnp.asarray(times.shape[0] if n_records is None else n_records, jnp.int32)
         n_tiles = -(-C // (n_dev * T)) * n_dev
 
+        # Flow tiles take their points in the order of cost_order (slot p holds point
+        # index[p]); discrete ones in the chunk's order, padded with the last point.
+        slots = n_tiles * T
+        ordered = not batch_last and n_tiles > 1
+        if ordered:
+            rate = jax.vmap(functools.partial(_start_rate, setup), in_axes=(0, 0, None, 0, 0))(
+                theta0, jnp.broadcast_to(X, (C, *X.shape[1:])), y,
+                jnp.broadcast_to(depth, (C,)), rho,
+            )  # fmt: skip
+            perm = cost_order(rate, slots, n_dev)
+            index = jnp.minimum(perm, C - 1)
+        else:
+            index = jnp.minimum(jnp.arange(slots), C - 1)
+
         def to_tiles(a, shareable=False):  # [C, *s] -> [n_tiles, *s, T] or [n_tiles, T, *s]
             if shareable and a.shape[0] == 1 and batch_last:  # one entry that broadcasts
                 return jnp.broadcast_to(jnp.moveaxis(a, 0, -1), (n_tiles, *a.shape[1:], 1))
-            a = jnp.broadcast_to(a, (C, *a.shape[1:]))
-            pad = jnp.broadcast_to(a[-1:], (n_tiles * T - C, *a.shape[1:]))
-            a = jnp.concatenate([a, pad]).reshape(n_tiles, T, *a.shape[1:])
+            a = jnp.broadcast_to(a, (C, *a.shape[1:]))[index]
+            a = a.reshape(n_tiles, T, *a.shape[1:])
             return jnp.moveaxis(a, 1, -1) if batch_last else a
 
         tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
@@ -498,7 +541,14 @@ def traced_program(setup: Setup) -> Callable:
             times,
             n_records,
         )
-        return {k: v.reshape(n_tiles * T, *v.shape[2:])[:C] for k, v in out.items()}
+        # Slot p of the tiles holds point index[p]: point i < C sits at slot where[i].
+        where = (
+            jnp.zeros(slots, perm.dtype).at[perm].set(jnp.arange(slots, dtype=perm.dtype))
+            if ordered
+            else None
+        )
+        out = {k: v.reshape(slots, *v.shape[2:]) for k, v in out.items()}
+        return {k: v[where[:C]] if ordered else v[:C] for k, v in out.items()}
 
     return run
 

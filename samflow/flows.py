@@ -49,7 +49,7 @@ Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` le
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -80,6 +80,45 @@ from samflow.rules import PerturbationRule
 from samflow.runners import Flow
 
 
+class Tsit5Interpolation(diffrax.AbstractLocalInterpolation):
+    """Tsit5's dense output, ``y(t0 + x h) = y0 + sum_i b_i(x) k_i``: diffrax's
+    polynomials ``b_i`` (Tsitouras 2011, as ``diffrax.Tsit5`` has them), the sum written
+    out over the seven stages.
+
+    diffrax contracts the stage axis with a dot, which inside a vmapped solve first
+    transposes the stages of every trajectory at every saved time (bench case 3: a
+    twentieth of a flow sweep); seven multiply-adds fuse with the rest. Agrees with
+    diffrax's to rounding (``tests/test_flows.py``).
+    """
+
+    t0: Array
+    t1: Array
+    y0: Array
+    k: Array  # [7, *y]
+
+    def __init__(self, *, t0, t1, y0, y1, k):
+        del y1  # diffrax's interface
+        self.t0, self.t1, self.y0, self.k = t0, t1, y0, k
+
+    def evaluate(self, t0, t1=None, left=True):
+        del left
+        if t1 is not None:
+            return self.evaluate(t1) - self.evaluate(t0)
+        x = (t0 - self.t0) / (self.t1 - self.t0)
+        x2 = x * x
+        b = (
+            -1.0530884977290216 * x * (x - 1.3299890189751412)
+            * (x2 - 1.4364028541716351 * x + 0.7139816917074209),
+            0.1017 * x2 * (x2 - 2.1966568338249754 * x + 1.2949852507374631),
+            2.490627285651252793 * x2 * (x2 - 2.38535645472061657 * x + 1.57803468208092486),
+            -16.54810288924490272 * (x - 1.21712927295533244) * (x - 0.61620406037800089) * x2,
+            47.37952196281928122 * (x - 1.203071208372362603) * (x - 0.658047292653547382) * x2,
+            -34.87065786149660974 * (x - 1.2) * (x - 0.666666666666666667) * x2,
+            2.5 * (x - 1) * (x - 0.6) * x2,
+        )  # fmt: skip
+        return self.y0 + sum(bi * self.k[i] for i, bi in enumerate(b))
+
+
 class Tsit5(diffrax.Tsit5):
     """diffrax's Tsit5 with its stages written out: the same tableau, error estimate,
     dense output and first-same-as-last reuse, in a few fused operations per step.
@@ -92,6 +131,8 @@ class Tsit5(diffrax.Tsit5):
     step's first (FSAL). Only the order of the sums differs from diffrax's, so the two
     agree to rounding (``tests/test_flows.py``).
     """
+
+    interpolation_cls: ClassVar[Callable[..., Tsit5Interpolation]] = Tsit5Interpolation
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         first, f0 = solver_state
@@ -504,6 +545,47 @@ def _stop(sol, edge: Array, event: Array) -> tuple[LeaderPath, Array]:
     return path, jnp.where(event, ta + frac * (tb - ta), sol.ts[1][0])
 
 
+def _formulated(theta0, problem, depth, rho, rule, form):
+    """The paper's model as solved in formulation ``form``: the state at the start, its
+    field and the field's args, ``log |beta|`` ``[d]`` of a state (0 clipped to the
+    smallest normal number, no -inf), and the scaling ``c`` of a balanced start with
+    its time factor ``speed`` (solved time = ``speed * tau``)."""
+    dtype = theta0.dtype
+    n_layers, _ = theta0.shape
+    static = depth if isinstance(depth, int | np.integer) else None
+    depth = jnp.asarray(depth)
+    rho = jnp.asarray(rho, dtype)
+    mask = layer_mask(depth, n_layers, dtype)
+    mu = problem.X[0]
+    # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
+    # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest alpha
+    # above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and the
+    # solver could not start. (Small alphas are left alone: at L = 8, alpha = 1e-8 the
+    # time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is mapped
+    # back at the end.
+    scaled = form != "linear" and rule.scale_invariant
+    largest = jnp.max(theta0[0])
+    c = jnp.where(scaled & (depth >= 3) & (largest > 1), 1.0 / largest, 1.0).astype(dtype)
+    speed = c ** (2 - depth).astype(dtype)
+    if form != "linear":  # the rule's closed form, balanced start: state u [d]
+        closed = rule.balanced
+        field_depth = depth if static is None else static  # static: the field specialises
+        y0, field, args = closed.state(c * theta0[0]), closed.field, (mu, field_depth, c * rho)
+    elif problem.X.shape[0] == 1:
+        y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
+    else:
+        y0, field, args = theta0, _plain_field, (problem, mask, rho, rule)
+    tiny = jnp.finfo(dtype).tiny
+
+    def log_beta(y):
+        if form == "log":
+            return depth * y
+        b = beta(_to_theta(y, form, n_layers, depth))
+        return jnp.log(jnp.maximum(jnp.abs(b), tiny))
+
+    return y0, field, args, log_beta, c, speed
+
+
 def integrate(
     theta0: Array,
     problem: Problem,
@@ -534,41 +616,15 @@ def integrate(
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
     depth = jnp.asarray(depth)
-    rho = jnp.asarray(rho, dtype)
     mask = layer_mask(depth, n_layers, dtype)
     form = config.formulation
-    mu = problem.X[0]
-    # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
-    # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest alpha
-    # above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and the
-    # solver could not start. (Small alphas are left alone: at L = 8, alpha = 1e-8 the
-    # time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is mapped
-    # back at the end.
-    scaled = form != "linear" and rule.scale_invariant
-    largest = jnp.max(theta0[0])
-    c = jnp.where(scaled & (depth >= 3) & (largest > 1), 1.0 / largest, 1.0).astype(dtype)
-    speed = c ** (2 - depth).astype(dtype)
+    y0, field, args, log_beta, c, speed = _formulated(theta0, problem, depth, rho, rule, form)
     save_scaled = save_tau * speed
-    if form != "linear":  # the rule's closed form, balanced start: state u [d]
-        closed = rule.balanced
-        y0, field, args = closed.state(c * theta0[0]), closed.field, (mu, depth, c * rho)
-    elif problem.X.shape[0] == 1:
-        y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
-    else:
-        y0, field, args = theta0, _plain_field, (problem, mask, rho, rule)
 
-    def log_beta_max(y):
+    def log_beta_max(y):  # not clipped: log 0 = -inf
         if form == "log":
             return depth * jnp.max(y)
         return jnp.log(jnp.max(jnp.abs(beta(_to_theta(y, form, n_layers, depth)))))
-
-    tiny = jnp.finfo(dtype).tiny
-
-    def log_beta(y):  # [d]; 0 clipped to the smallest normal number (no -inf)
-        if form == "log":
-            return depth * y
-        b = beta(_to_theta(y, form, n_layers, depth))
-        return jnp.log(jnp.maximum(jnp.abs(b), tiny))
 
     # beta and its rate at tau = 0, through the state -> theta map of the formulation.
     beta0, dbeta0 = jax.jvp(
@@ -621,25 +677,48 @@ def integrate(
     )
 
 
-def _integrate_model(
+def start_rate(
     theta0: Array,
     problem: Problem,
     depth: Array | int,
     rho: Array | float,
-    save_tau: Array,
     *,
     rule: PerturbationRule,
     config: FlowConfig,
-    major: Array | int | None,
-    model: Model,
-) -> FlowSolution:
-    """:func:`integrate` for a model other than the paper's (``linear`` or u2-v2 ``log``)."""
+    model: Model = DEFAULT,
+) -> Array:
+    """``d log ||beta||_1 / dtau`` at ``tau = 0`` of the solve :func:`integrate` runs from
+    ``theta0`` (the same formulation and time; vmappable).
+
+    The engine solves a tile of trajectories in lockstep, each tile as long as its
+    slowest member, and orders a chunk's points by this rate first: where the flow
+    starts to grow or shrink, and how fast, tells its regime and so roughly how many
+    solver steps it takes (a collapse follows its singularity in many small steps, a
+    direct run grows in few long ones). The rate is ``sum_j softmax_j(log |beta|)
+    d log |beta_j| / dtau``, from the field at the start by forward differentiation.
+    """
+    form = config.formulation
+    if model.default:
+        y0, field, args, log_beta, _, speed = _formulated(theta0, problem, depth, rho, rule, form)
+    else:
+        y0, field, args, log_beta = _model_formulated(
+            theta0, problem, depth, rho, rule, form, model
+        )[:4]
+        speed = 1.0
+    zero = jnp.zeros((), theta0.dtype)
+    _, rate = jax.jvp(lambda y: jax.nn.logsumexp(log_beta(y)), (y0,), (field(zero, y0, args),))
+    return rate * speed
+
+
+def _model_formulated(theta0, problem, depth, rho, rule, form, model):
+    """:func:`_formulated` for a model other than the paper's: the state at the start, its
+    field and args, ``log |beta|`` ``[d]`` of a state, and the maps from a state to
+    ``theta`` and to ``beta``."""
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
     depth = jnp.asarray(depth)
     rho = jnp.asarray(rho, dtype)
     mask = layer_mask(depth, n_layers, dtype)
-    form = config.formulation
     a = theta0[0]
     if form == "log":  # u2-v2, gd, u = v = a: state R with u = a e^{-2R}, v = a e^{2R}
         y0, field, args = jnp.zeros_like(a), u2v2_log_field, (problem, a, model)
@@ -664,6 +743,27 @@ def _integrate_model(
 
     def log_beta(y):  # [d]; 0 clipped to the smallest normal number (no -inf)
         return jnp.log(jnp.maximum(jnp.abs(beta_of(y)), tiny))
+
+    return y0, field, args, log_beta, to_theta, beta_of
+
+
+def _integrate_model(
+    theta0: Array,
+    problem: Problem,
+    depth: Array | int,
+    rho: Array | float,
+    save_tau: Array,
+    *,
+    rule: PerturbationRule,
+    config: FlowConfig,
+    major: Array | int | None,
+    model: Model,
+) -> FlowSolution:
+    """:func:`integrate` for a model other than the paper's (``linear`` or u2-v2 ``log``)."""
+    form = config.formulation
+    y0, field, args, log_beta, to_theta, beta_of = _model_formulated(
+        theta0, problem, depth, rho, rule, form, model
+    )
 
     def log_beta_max(y):
         return jnp.max(log_beta(y))

@@ -193,7 +193,8 @@ def test_written_out_tsit5_is_diffrax_tsit5(depth):
     """samflow.flows.Tsit5 (stages written out) against diffrax's own Tsit5, vmapped
     over three balanced l2-SAM starts (at L = 2 a collapse, a sequential and a direct
     run; at L = 3 a blow-up), each stopped by a norm event as in samflow.flows: the same
-    accepted and rejected steps and the same saved states. Only the order of the stage
+    accepted and rejected steps and the same saved states (interpolated inside the steps
+    by samflow.flows.Tsit5Interpolation against diffrax's own). Only the order of the
     sums differs, so states agree to rounding accumulated over a few dozen steps
     (1e-12 relative leaves a thousand ulps of room)."""
     import diffrax

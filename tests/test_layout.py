@@ -9,12 +9,20 @@ import pytest
 from runs import record_schedule
 from tolerance import F32_EPS
 
+from samflow import engine
 from samflow.discrete import simulate
-from samflow.engine import FLOW_TILE_POINTS, TILE_BYTES, program, run_points, tile_points
+from samflow.engine import (
+    FLOW_TILE_POINTS,
+    TILE_BYTES,
+    cost_order,
+    program,
+    run_points,
+    tile_points,
+)
 from samflow.layout import UNROLL_ROWS, prod_rows, sum_leading, sum_rows
 from samflow.model import Problem, ascent_direction, grad_and_aux, layer_mask
 from samflow.rules import get_rule
-from samflow.runners import Discrete
+from samflow.runners import Discrete, Flow
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import chunk_plan, compute
@@ -145,3 +153,85 @@ def test_a_program_without_padding_equals_one_with_it():
     masked = compute(replace(setup, padding=True), spec, flat, 24)
     for k, v in plain.items():
         np.testing.assert_array_equal(v, masked[k], err_msg=k)
+
+
+def test_cost_order_sorts_then_deals_to_devices():
+    """Each device's contiguous share of the slots holds every n-th point of the sorted
+    order; padding slots (copies of the last point) sort with it; NaN sorts last."""
+    rate = jnp.asarray([5.0, np.nan, -1.0, 3.0, 0.0, 2.0])
+    perm = np.asarray(cost_order(rate, 8, 2))
+    assert sorted(perm.tolist()) == list(range(8))  # a permutation of the slots
+    padded = np.asarray(rate)[np.minimum(np.arange(8), 5)]  # slots 6, 7: copies of point 5
+    ranked = np.argsort(padded, kind="stable")  # -1, 0, 2, 2, 2, 3, 5, nan
+    np.testing.assert_array_equal(perm[:4], ranked[0::2])  # device 0
+    np.testing.assert_array_equal(perm[4:], ranked[1::2])  # device 1
+    assert perm[-1] == 1  # NaN last
+    np.testing.assert_array_equal(np.asarray(cost_order(rate, 6, 1)), np.argsort(rate))
+
+
+def test_flow_tiles_in_cost_order_equal_single_points(monkeypatch):
+    """A flow chunk run in tiles of 8, its points reordered by their start rate, gives
+    every point the results it gets alone.
+
+    The lanes of a vmapped solve do not interact (each has its own steps, saves and
+    event), so the order only moves work between tiles: equal to 1e-12 relative (the
+    same vector code runs each lane; in practice bit for bit)."""
+    monkeypatch.setattr(engine, "FLOW_TILE_POINTS", 8)
+    spec = SweepSpec(
+        rule=get_rule("sam-l2"),
+        # an rtol of its own: no other test's program (compiled with other tiles) is reused
+        runner=Flow(tau_max=30.0, n_save=12, rtol=3e-7),
+        depth=2,
+        axes=(parse_axis("alpha=0.05:2:16:log"), parse_axis("rho=0.2,1.2")),
+        mu=(1.0, 2.0, 3.0, 4.0),
+        save_trajectories=True,
+    )
+    setup = spec.setup()
+    flat = np.arange(spec.size)
+    points = spec.points(flat)
+    with jax.enable_x64(True):
+        rate = jax.vmap(lambda th, X, r: engine._start_rate(setup, th, X, points.y, 2, r))(
+            jnp.asarray(points.theta0), jnp.asarray(np.repeat(points.X, spec.size, 0)),
+            jnp.asarray(points.rho),
+        )  # fmt: skip
+    assert not np.all(np.diff(np.asarray(rate)) >= 0)  # the grid order is not the cost order
+    together = compute(setup, spec, flat, spec.size)
+    regimes = set()
+    for i in flat:
+        alone = compute(setup, spec, np.array([i]), 1)
+        regimes.add(int(alone["regime"][0]))
+        for k, v in alone.items():
+            if v.dtype.kind == "f":
+                np.testing.assert_allclose(together[k][i], v[0], rtol=1e-12, err_msg=k)
+            else:
+                np.testing.assert_array_equal(together[k][i], v[0], err_msg=k)
+    assert len(regimes) >= 2  # tiles of unlike trajectories
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_flow_program_without_padding_equals_one_with_it(depth):
+    """Without padding rows a flow program compiles its depth in (the closed form drops
+    u^(L-2) = 1 at L = 2); nothing else changes. The field differs from the traced
+    depth's by an ulp at most (exp(0) against 1), which the adaptive solve carries to
+    about 1e-11 in the states; a time found inside a step (a hand-off, the stop) moves
+    by that over the slopes it is interpolated from: 1e-8 relative leaves a hundred times
+    the measured room. Labels and counts are equal."""
+    spec = SweepSpec(
+        rule=get_rule("sam-l2"),
+        runner=Flow(tau_max=30.0 if depth == 2 else 3.0, n_save=16),
+        depth=depth,
+        axes=(parse_axis("alpha=0.05:2:12:log"), parse_axis("rho=0.2,1.2")),
+        mu=(1.0, 2.0, 3.0, 4.0),
+        save_trajectories=True,
+    )
+    setup = spec.setup()
+    assert not setup.padding
+    flat = np.arange(spec.size)
+    static = compute(setup, spec, flat, 24)
+    traced = compute(replace(setup, padding=True), spec, flat, 24)
+    assert len(set(static["regime"].tolist())) >= 2
+    for k, v in static.items():
+        if v.dtype.kind == "f":
+            np.testing.assert_allclose(v, traced[k], rtol=1e-8, atol=1e-300, err_msg=k)
+        else:
+            np.testing.assert_array_equal(v, traced[k], err_msg=k)

@@ -151,3 +151,37 @@ def test_signed_int_pow_against_numpy():
     # Below the smallest normal number XLA flushes to zero where NumPy keeps subnormals.
     small = ~finite & ~big
     assert np.all(np.abs(got[small]) <= np.finfo(float).tiny)
+
+
+def test_signed_int_pow_static_power_is_the_traced_one():
+    """A static power (a program for one depth) multiplies the same factors in the same
+    order as the traced one: equal bit for bit, k = 0..40."""
+    from samflow.rules import signed_int_pow
+
+    x = jnp.asarray([-3.0, -0.7, 0.0, 1e-3, 0.3, 1.01, 2.5])
+    with precision("float64"):
+        traced = jax.jit(signed_int_pow)
+        for k in range(41):
+            static = jax.jit(lambda x, k=k: signed_int_pow(x, k))(x)
+            np.testing.assert_array_equal(static, traced(x, jnp.asarray(k)), err_msg=str(k))
+
+
+@pytest.mark.parametrize("method", ["gd", "sam-l2", "usam", "sam-linf"])
+def test_closed_form_field_with_a_static_depth(method):
+    """The balanced closed-form field compiled for one depth equals the field of a traced
+    depth: at L = 2 the log form adds 0 instead of (L - 2) s and multiplies by 1 instead
+    of exp(0), which XLA's exp may miss by an ulp, so 4 ulps relative; at L >= 3 the
+    same operations."""
+    from samflow.rules import get_rule
+
+    closed = get_rule(method).balanced
+    mu = jnp.asarray([0.5, 1.0, 2.0, 3.0])
+    y = jnp.asarray([-2.0, -0.3, 0.4, 1.1])  # log u (log form) or u (linf)
+    with precision("float64"):
+        rho = jnp.asarray(0.4)
+        for depth in (2, 3, 4, 5):
+            static = jax.jit(lambda y, depth=depth: closed.field(0.0, y, (mu, depth, rho)))(y)
+            traced = jax.jit(lambda y, d: closed.field(0.0, y, (mu, d, rho)))(y, jnp.asarray(depth))
+            np.testing.assert_allclose(
+                static, traced, rtol=4 * np.finfo(float).eps, err_msg=str(depth)
+            )

@@ -423,7 +423,7 @@ class SweepSpec:
             collapse_factor=self.collapse_factor,
             plateau_fraction=self.plateau_fraction,
             keep=("beta",) if self.save_trajectories else (),
-            padding=self.mode != "discrete" or self.has_padding,
+            padding=self.has_padding,
             sharded=sharded,
             major=self.major(),
             model=self.model,
