@@ -4,7 +4,8 @@
 (the issue's "share of the roofline"). Those rates mean something only if every
 implementation computes the same run: here each baseline's end state (``theta`` and the
 rescaled time ``tau``) after 60 steps of l2-SAM, L = 2, d = 4, float64, on a few points
-of the bench's (alpha, rho) grid, against :func:`samflow.trajectory` on the same points.
+of the bench's (alpha, rho) grid, against :func:`samflow.trajectory` on the same points;
+and the bare JAX loops of ``benchmarks/xla_ceiling.py`` against the C kernel.
 """
 
 from __future__ import annotations
@@ -76,3 +77,26 @@ def test_roofline_kernel_runs_samflows_update(grid):
     # The balanced kernel keeps one layer u [d, B]; both layers of samflow's run equal it.
     close(np.broadcast_to(u.T[:, None, :], theta.shape), theta)
     close(got_tau, tau)
+
+
+def test_xla_ceiling_script_runs_the_same_update(capsys):
+    """benchmarks/xla_ceiling.py at toy size: every row is there, and each bare JAX loop
+    ends where the C kernel does (float32, 40 steps: measured 4e-8 median relative
+    difference; 1e-5 leaves room for another instruction set's rounding, and a loop
+    with another update would be off by about the run's own change, a median 0.24)."""
+    if roofline.build(np.float32) is None:
+        pytest.skip("gcc not found: the roofline is not built")
+    from benchmarks import xla_ceiling
+
+    assert xla_ceiling.main(["--quick"]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    names = [line.split(" | ")[0].lstrip("| ") for line in table[1:]]
+    loops = [f"JAX loop, {layout}" for layout in xla_ceiling.LAYOUTS]
+    assert names == [
+        "roofline (hand-fused C)",
+        *loops,
+        "samflow (sweep engine)",
+        "samflow, 3 records",
+    ]
+    for line in table[2:5]:
+        assert float(line.rstrip(" |").rsplit("| ", 1)[1]) < 1e-5
