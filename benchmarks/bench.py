@@ -55,6 +55,13 @@ def l2_spec(points: int, depth: int, d: int, steps: int, dtype: str):
     )
 
 
+def few_records(spec):
+    """``spec`` recording 3 times (steps 0, steps / 2 and the last): against the default
+    100 records, the difference is what the records cost."""
+    steps = spec.runner.steps
+    return replace(spec, runner=replace(spec.runner, record_every=max(1, steps // 2)))
+
+
 def _square_grid(points: int):
     """(alpha, rho) axes of about ``points`` points."""
     from samflow.sweeps.axes import Axis
@@ -159,7 +166,7 @@ def discrete_case(
         eng = record(rows, case, "samflow (sweep engine)", dtype, t, work)
         eng["points"], eng["steps"], eng["depth"], eng["d"] = spec.size, steps, depth, d
         if records_row:
-            few = replace(spec, runner=replace(spec.runner, record_every=steps // 2))
+            few = few_records(spec)
             t = timed(engine_runner(few, args.chunk), args.repeats)
             n = len(few.runner.times())
             record(rows, case, f"samflow, {n} records", dtype, t, work, note="records' cost apart")

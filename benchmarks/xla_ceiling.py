@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -159,7 +158,7 @@ def main(argv=None) -> int:
     import jax
 
     from benchmarks import baselines, roofline
-    from benchmarks.bench import ETA, engine_runner, l2_spec, timed
+    from benchmarks.bench import ETA, engine_runner, few_records, l2_spec, timed
 
     dtype = np.dtype(args.dtype)
     spec = l2_spec(args.points, 2, 4, args.steps, args.dtype)
@@ -176,8 +175,7 @@ def main(argv=None) -> int:
         call = jax_loop(layout, inputs, ETA, args.steps)
         rows.append((f"JAX loop, {layout}", timed(call, args.repeats), agreement(call(), u_c)))
     rows.append(("samflow (sweep engine)", timed(engine_runner(spec), args.repeats), ""))
-    few = replace(spec, runner=replace(spec.runner, record_every=max(1, args.steps // 2)))
-    rows.append(("samflow, 3 records", timed(engine_runner(few), args.repeats), ""))
+    rows.append(("samflow, 3 records", timed(engine_runner(few_records(spec)), args.repeats), ""))
 
     roof = rows[0][1]["seconds"]
     print(
