@@ -107,15 +107,17 @@ def trajectory(
     ``beta(time, coord)``, ``tau(time)`` (rescaled time; ``eta * step`` for n > 1
     points), ``loss(time)``, ``dominant(time)``, ``theta_final(layer, coord)``,
     ``step(time)`` (discrete), ``theta(time, layer, coord)`` (``save_theta``), the
-    scalars ``regime`` (CF flags) and ``limit_coord``; ``tau`` (and ``step``) are
+    scalars ``regime`` (CF flags; a label of the limit, ``unresolved`` where the run's
+    fate is not decided: docs/theory.md, "Labels of the limit"), ``unresolved_reason``,
+    ``stop_leader`` and ``limit_coord``; ``tau`` (and ``step``) are
     coordinates along ``time``; attributes: the settings, the regime's meaning,
     ``first_amplified``, and for flows where and why the solve ended.
 
     The model (docs/theory.md §10): ``parametrization`` (``product``, ``u2-v2``, ``uv``;
     the last two have ``depth=2``) and ``loss`` (``logistic``, ``exponential``,
     ``squared`` with real ``y``). Where it does not classify (not the product network
-    with a margin loss) there is no ``regime`` and no ``limit_coord``. ``summaries``
-    (default: on unless the model is the paper's and neither ``sharpness`` nor
+    with a margin loss) there is no ``regime``, ``unresolved_reason`` or ``limit_coord``.
+    ``summaries`` (default: on unless the model is the paper's and neither ``sharpness`` nor
     ``beta_star`` is given) adds ``l1_norm``, ``l2_norm``, ``n_active(time)``
     (``|beta_j| > active_threshold``), ``test_error(time)`` = ``||beta - beta_star||_2^2``
     with ``beta_star``, and with ``sharpness`` the Hessian's top eigenvalue
@@ -255,8 +257,10 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "handoff_tau": r["handoff_tau"],
         "n_leaders": r["n_leaders"],
     }
+    data["stop_leader"] = r["stop_leader"]
     if model.classifies:
-        data["regime"], data["limit_coord"] = r["regime"], r["limit_coord"]
+        for name in ("regime", "unresolved_reason", "limit_coord"):
+            data[name] = r[name]
     for name in SUMMARY_NAMES:
         if name in r:
             data[name] = r[name]

@@ -38,6 +38,7 @@ from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from samflow import balanced, compile_cache, devices
+from samflow import fate as fates
 from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate, start_rate
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
@@ -289,7 +290,44 @@ def _underflow(setup: Setup, theta0: Array) -> Array:
 def _not_classified(setup: Setup, out: dict) -> None:
     """Remove the regime labels where the model does not classify (docs/theory.md §10)."""
     if not setup.model.classifies:
-        del out["regime"], out["limit_coord"]
+        del out["regime"], out["unresolved_reason"], out["limit_coord"]
+
+
+def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho) -> Array:
+    """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``.
+
+    The collapse: ``max_j |beta_j|`` fell ``singular_log_range`` below its start (the
+    path observer's frozen floor). A certificate: on the balanced step (equal layers,
+    the paper's model; :mod:`samflow.balanced`) of one point ``mu > 0`` with ``y = +1``,
+    the rule's :meth:`samflow.rules.BalancedFlow.fate` for the discrete map at the last
+    record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must also be positive).
+    """
+    path, floor = traj.watched
+    collapsed = jnp.isinf(floor)
+    closed = setup.rule.balanced
+    if (
+        setup.step_path != balanced.BALANCED
+        or closed is None
+        or closed.fate is None
+        or X.shape[0] != 1
+    ):
+        return jnp.where(collapsed, fates.COLLAPSE, fates.OPEN).astype(jnp.int32)
+    beta_last = traj.tracker[0].beta_last  # [d, *batch]
+    mu = jnp.broadcast_to(X[0], beta_last.shape)
+    depth = jnp.broadcast_to(jnp.asarray(depth), beta_last.shape[1:])
+    rho = jnp.broadcast_to(jnp.asarray(rho, beta_last.dtype), beta_last.shape[1:])
+    s = jnp.log(jnp.abs(beta_last)) / depth.astype(beta_last.dtype)
+    code, winner = jax.vmap(
+        lambda s, mu, L, r: closed.fate(s, mu, L, r, True), in_axes=(-1, -1, 0, 0)
+    )(s, mu, depth, rho)
+    at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
+    one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
+    settled = (
+        one_point & (code == fates.LEADS) & (path.lead == winner) & ((depth > 1) | (at_winner > 0))
+    )
+    return jnp.select([collapsed, settled], [fates.COLLAPSE, fates.SETTLED], fates.OPEN).astype(
+        jnp.int32
+    )
 
 
 def _discrete_tile(setup: Setup) -> Callable:
@@ -335,6 +373,8 @@ def _discrete_tile(setup: Setup) -> Callable:
             plateau_fraction=setup.plateau_fraction,
             path=traj.watched[0],
             major=major,
+            fate=_discrete_fate(setup, traj, X, y, depth, rho),
+            collapse_by_records=True,
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)
@@ -390,6 +430,7 @@ def _flow_tile(setup: Setup) -> Callable:
             setup.plateau_fraction,
             major=major,
             path=sol.path,
+            fate=sol.fate,
         )
         horizon = out.pop("horizon")
         del out["handoff_step"]  # flows have no steps

@@ -60,6 +60,7 @@ import numpy as np
 import optimistix as optx
 from jax import Array
 
+from samflow import fate as fates
 from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
@@ -188,6 +189,9 @@ class FlowConfig(NamedTuple):
         singular_log_range: how far, in ``log |beta|``, a finite-time singularity is
             followed: collapse when ``log max|beta_j|`` falls this far below its
             initial value; blow-up (L >= 3) at ``L/(L-2)`` times this.
+        extend: ``tau_cap / tau_max`` of :class:`samflow.Flow` (1: no extension): a run
+            not decided at the horizon goes on to ``extend`` times it, stopped where
+            its fate is decided.
     """
 
     formulation: str
@@ -197,6 +201,7 @@ class FlowConfig(NamedTuple):
     max_steps: int
     log_beta_max: float
     singular_log_range: float
+    extend: float = 1.0
 
     @classmethod
     def of(cls, runner: Flow, formulation: str, dtype) -> FlowConfig:
@@ -216,6 +221,7 @@ class FlowConfig(NamedTuple):
             max_steps=runner.max_steps,
             log_beta_max=0.5 * float(np.log(info.max)),
             singular_log_range=singular_log_range(dtype),
+            extend=1.0 if runner.tau_cap is None else runner.tau_cap / runner.tau_max,
         )
 
 
@@ -239,6 +245,10 @@ class FlowSolution(NamedTuple):
             the field at tau = 0 (:func:`lead_at_start`): who leads before any save time.
         path: the :class:`samflow.regimes.LeaderPath` of the solve, from ``lead_start``
             and every accepted solver step up to the stop (:class:`LeaderWatch`).
+        fate: scalar int, what decided the run's future where it stopped
+            (:mod:`samflow.fate`): the collapse event, a blow-up (L >= 3), or the
+            rule's certificate (:meth:`samflow.rules.BalancedFlow.fate`) at the end
+            state; ``OPEN`` where nothing did.
     """
 
     tau: Array
@@ -252,6 +262,7 @@ class FlowSolution(NamedTuple):
     failed: Array
     lead_start: Array
     path: LeaderPath
+    fate: Array
 
 
 def formulation_for(
@@ -484,11 +495,11 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
 
 def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond_fn):
     """The diffrax solve of ``field`` from ``y0`` over ``saves`` ``[T]`` (``saves[0] = 0``
-    the start, ``saves[-1]`` the horizon; kept there and at the end), stopped where
-    ``cond_fn`` changes sign, with the leader path watched between the steps
-    (:class:`LeaderWatch`, ``log_beta`` the state's ``log |beta|``). ``start``: beta and
-    its rate at the start, for the first leader; ``major`` (1-based; None: ``argmax_j
-    mu_j`` of one point). Returns the solution and that first leader."""
+    the start, ``saves[-1]`` the horizon; kept there and at the end, which is
+    ``config.extend`` times the horizon), stopped where ``cond_fn`` changes sign, with
+    the leader path watched between the steps (:class:`LeaderWatch`, ``log_beta`` the
+    state's ``log |beta|``). ``start``: beta and its rate at the start, for the first
+    leader; ``major`` (1-based; None: ``argmax_j mu_j`` of one point). Returns the solution and that first leader."""
     if major is None:
         if problem.X.shape[0] != 1:
             raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
@@ -506,7 +517,7 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
             diffrax.ODETerm(field),
             SOLVERS[config.solver](),
             t0=saves[0],
-            t1=saves[-1],
+            t1=saves[-1] * config.extend,
             dt0=None,
             y0=y0,
             args=args,
@@ -548,8 +559,10 @@ def _stop(sol, edge: Array, event: Array) -> tuple[LeaderPath, Array]:
 def _formulated(theta0, problem, depth, rho, rule, form):
     """The paper's model as solved in formulation ``form``: the state at the start, its
     field and the field's args, ``log |beta|`` ``[d]`` of a state (0 clipped to the
-    smallest normal number, no -inf), and the scaling ``c`` of a balanced start with
-    its time factor ``speed`` (solved time = ``speed * tau``)."""
+    smallest normal number, no -inf), the scaling ``c`` of a balanced start with its
+    time factor ``speed`` (solved time = ``speed * tau``), and the certificate of a
+    state (``(code, winner)``, :meth:`samflow.rules.BalancedFlow.fate`; None for the
+    linear formulation or a closed form without one)."""
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
     static = depth if isinstance(depth, int | np.integer) else None
@@ -567,10 +580,16 @@ def _formulated(theta0, problem, depth, rho, rule, form):
     largest = jnp.max(theta0[0])
     c = jnp.where(scaled & (depth >= 3) & (largest > 1), 1.0 / largest, 1.0).astype(dtype)
     speed = c ** (2 - depth).astype(dtype)
+    certify = None
     if form != "linear":  # the rule's closed form, balanced start: state u [d]
         closed = rule.balanced
         field_depth = depth if static is None else static  # static: the field specialises
         y0, field, args = closed.state(c * theta0[0]), closed.field, (mu, field_depth, c * rho)
+        if closed.fate is not None:
+
+            def certify(y):
+                return closed.fate(y, mu, field_depth, c * rho, False)
+
     elif problem.X.shape[0] == 1:
         y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
     else:
@@ -583,7 +602,7 @@ def _formulated(theta0, problem, depth, rho, rule, form):
         b = beta(_to_theta(y, form, n_layers, depth))
         return jnp.log(jnp.maximum(jnp.abs(b), tiny))
 
-    return y0, field, args, log_beta, c, speed
+    return y0, field, args, log_beta, c, speed, certify
 
 
 def integrate(
@@ -618,7 +637,9 @@ def integrate(
     depth = jnp.asarray(depth)
     mask = layer_mask(depth, n_layers, dtype)
     form = config.formulation
-    y0, field, args, log_beta, c, speed = _formulated(theta0, problem, depth, rho, rule, form)
+    y0, field, args, log_beta, c, speed, certify = _formulated(
+        theta0, problem, depth, rho, rule, form
+    )
     save_scaled = save_tau * speed
 
     def log_beta_max(y):  # not clipped: log 0 = -inf
@@ -637,19 +658,46 @@ def integrate(
         config.log_beta_max,
     )
 
-    def cond_fn(t, y, args, **kwargs):
+    def edges(y):
         level = log_beta_max(y)
         return jnp.minimum(high - level, level - low)
+
+    def fate_of(y):
+        """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE or FINITE)."""
+        if certify is None:
+            return jnp.asarray(fates.OPEN, jnp.int32)
+        code, winner = certify(y)
+        settled = (code == fates.LEADS) & (top(log_beta(y)) == winner)
+        return jnp.select(
+            [settled, code == fates.COLLAPSE, code == fates.FINITE],
+            [fates.SETTLED, fates.COLLAPSE, fates.FINITE],
+            fates.OPEN,
+        ).astype(jnp.int32)
+
+    if config.extend > 1:  # past the horizon, stop where the fate is decided
+
+        def cond_fn(t, y, args, **kwargs):
+            decided = (t >= save_scaled[-1]) & (fate_of(y) != fates.OPEN)
+            return jnp.where(decided, -1.0, edges(y))
+
+    else:
+
+        def cond_fn(t, y, args, **kwargs):
+            return edges(y)
 
     sol, lead_start = _solve(
         field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
     )
     ys, y_end, event, failed = _ended(sol)
-    collapsed = event & (log_beta_max(y_end) < low + 1)
-    blowup = event & ~collapsed
+    certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
+    collapsed = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
+    blowup = event & ~certified_stop & ~collapsed
+    fate = jnp.select(
+        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end)
+    ).astype(jnp.int32)
     unscaled = ys - jnp.log(c) if form == "log" else ys / c
     theta = _to_theta(unscaled, form, n_layers, depth)
-    path, stop = _stop(sol, jnp.where(collapsed, low, high), event)
+    path, stop = _stop(sol, jnp.where(collapsed, low, high), event & ~certified_stop)
     path = path._replace(tau=path.tau / speed)
     # Records beyond the stop, or beyond the upper edge, are past the horizon. A NaN
     # record inside the horizon stays valid, so that the run is FAILED, never
@@ -674,6 +722,7 @@ def integrate(
         failed=failed,
         lead_start=lead_start,
         path=path,
+        fate=fate,
     )
 
 
@@ -699,7 +748,9 @@ def start_rate(
     """
     form = config.formulation
     if model.default:
-        y0, field, args, log_beta, _, speed = _formulated(theta0, problem, depth, rho, rule, form)
+        y0, field, args, log_beta, _, speed, _ = _formulated(
+            theta0, problem, depth, rho, rule, form
+        )
     else:
         y0, field, args, log_beta = _model_formulated(
             theta0, problem, depth, rho, rule, form, model
@@ -779,6 +830,8 @@ def _integrate_model(
     )
     ys, _, blowup, failed = _ended(sol)
     path, stop = _stop(sol, high, blowup)
+    # No certificate for these models: only a blow-up (L >= 3) decides.
+    fate = jnp.where(blowup & (jnp.asarray(depth) >= 3), fates.BLOWUP, fates.OPEN)
     valid = (save_tau <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
     theta = jnp.where(valid[:, None, None], jax.vmap(to_theta)(ys), jnp.nan)
     b = jnp.where(valid[:, None], jax.vmap(beta_of)(ys), jnp.nan)
@@ -795,4 +848,5 @@ def _integrate_model(
         failed=failed,
         lead_start=lead_start,
         path=path,
+        fate=fate.astype(jnp.int32),
     )

@@ -6,15 +6,19 @@ the records: the discrete runner checks it after every step
 (:func:`path_observer`), a flow at every accepted solver step
 (:class:`samflow.flows.LeaderWatch`). Each change is appended to a
 :class:`LeaderPath` (the leaders in order, with the ``tau`` and step at which each
-took the lead), and the regime is read from that path and the major coordinate
-(``argmax_j mu_j``, :func:`path_regime`), after the record-based checks:
+took the lead). A regime is a statement about the limit, so it is given only where
+the run's *fate* is decided (:mod:`samflow.fate`: an event or a certificate; docs/
+theory.md, "Labels of the limit"):
 
 - ``FAILED`` (-1): a NaN or overflow in a record inside the horizon, or the solver failed;
-- ``COLLAPSE`` (1): ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``;
-- ``UNRESOLVED`` (0): not collapsed, yet ``||beta(tau_T)||_1 < ||beta(0)||_1``; or no
-  coordinate ever led;
-- from the path: ``DIRECT`` (3), ``SEQUENTIAL`` (2), ``RETURNED`` (4), ``MAJOR_LOST``
-  (5), ``MINOR_END`` (6) (:data:`PATH_HOW`).
+- ``COLLAPSE`` (1): beta tends to 0 (the collapse event or a certificate; discrete runs
+  also ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``);
+- ``FINITE`` (7): beta tends to a finite nonzero point (a certificate);
+- from the path, read with the major coordinate (``argmax_j mu_j``, :func:`path_regime`)
+  where the leader at the end leads for ever or a blow-up ended the run: ``DIRECT`` (3),
+  ``SEQUENTIAL`` (2), ``RETURNED`` (4), ``MAJOR_LOST`` (5), ``MINOR_END`` (6)
+  (:data:`PATH_HOW`);
+- ``UNRESOLVED`` (0): anything else, with ``unresolved_reason`` (:data:`REASON_MEANINGS`).
 
 Streaming, so that a sweep never holds a ``[T, d]`` trajectory: :func:`start` and
 :func:`track` turn each record's ``beta`` into its scalars (D, ``||beta||_1``, the
@@ -40,32 +44,47 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from samflow import fate as fates
 from samflow.discrete import Observer, StepObserver
 from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.layout import UNROLL_ROWS, argmax_rows, max_rows, sum_rows
 
-FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END = range(-1, 7)
-FLAG_VALUES = (FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END)
-FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_lost minor_end"
+FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END, FINITE = range(
+    -1, 8
+)
+FLAG_VALUES = (
+    FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END, FINITE
+)  # fmt: skip
+FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_lost minor_end finite"
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
-    "unresolved: not collapsed, but ||beta||_1 at the horizon is still below its "
-    "initial value (it may yet collapse or recover); or no coordinate ever led "
-    "(all |beta_j| tied)"
+    "unresolved: the run's fate was not decided where it stopped (no collapse or "
+    "blow-up event, no certificate of the limit; docs/theory.md, Labels of the limit); "
+    "unresolved_reason says how it stood, leader_path and stop_leader what was seen"
 )
 PATH_HOW = (
-    "from the leader path (docs/theory.md section 6), major = argmax_j mu_j: direct, the "
+    "from the leader path of a run whose fate is decided (docs/theory.md section 6), "
+    "major = argmax_j mu_j: direct, the "
     "major leads throughout; sequential, minor coordinates lead first and the major takes "
     "over once, at the end; returned, the major leads, loses the lead and ends leading "
     "again; major_lost, the major led but a minor coordinate leads at the end; minor_end, "
-    "the major never led"
+    "the major never led; finite: beta converges to a finite nonzero point (certified)"
 )
-LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE = 0, -1, -2, -3, -4
+DECIDED, GROWING, SHRINKING, SLOWING, NO_LEADER = range(5)
+REASON_MEANINGS = "decided growing shrinking slowing no_leader"
+"""Codes of ``unresolved_reason``: 0 for a decided run; else how an unresolved run stood
+where it stopped: ``||beta||_1`` at or above its start, below it, barely moving (relative
+change below ``converged_rtol`` between the last two records, or stalled), or no
+coordinate ever led."""
+LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE, LIMIT_OPEN = range(
+    0, -6, -1
+)
 LIMIT_MEANINGS = (
-    "j >= 1: coordinate j leads where the dynamics end (the horizon, or the state at a "
-    "blow-up or the overflow guard); 0: beta collapsed to 0; -1: failed; "
-    "-2: converged to a finite nonzero point; -3: stalled (the loss underflowed to 0, so "
-    "the run stopped moving: not a limit); -4: no coordinate ever led"
+    "j >= 1: coordinate j leads in the limit (the run's fate is decided: a certificate, "
+    "or the leader at a finite-time blow-up); 0: beta collapses to 0; -1: failed; "
+    "-2: beta converges to a finite nonzero point (certified); -3: stalled (the loss "
+    "underflowed to 0, so the run stopped moving: not a limit); -4: no coordinate ever "
+    "led; -5: not decided (unresolved; stop_leader is the leader where it stopped)"
 )
 MAX_LEADERS = 8
 """Entries of a leader path kept (the ``handoff`` axis of files): the first
@@ -290,9 +309,11 @@ def finish(
     *,
     path: LeaderPath,
     major: Array | int,
+    fate: Array | int = fates.OPEN,
+    collapse_by_records: bool = False,
 ) -> dict[str, Array]:
     """Per-trajectory summaries from the final ``state``, the recorded scalars and the
-    leader ``path`` of the run.
+    leader ``path`` of the run, labelled by its ``fate``.
 
     ``records`` holds ``dominant``, ``beta_norm``, ``loss`` ``[T, *batch]`` from
     :func:`start` and :func:`track`; ``tau`` ``[T, *batch]`` their times, which never
@@ -303,16 +324,24 @@ def finish(
     the run (or from the records, :func:`summarize`); ``major`` ``[*batch]`` the major
     coordinate (1-based).
 
-    Returns ``regime`` (int8): failed, collapse and unresolved from the records as in
-    docs/theory.md §6, every other code from the path (:func:`path_regime`);
-    ``limit_coord`` (codes :data:`LIMIT_MEANINGS`): the last leader of the path, 0 after
-    a collapse, -1 for a failed run, -2 when beta converged to a finite nonzero point
-    (relative change below ``converged_rtol`` between the last two valid records), -3
-    when it stopped moving because the loss underflowed to 0, -4 when no coordinate ever
-    led; ``first_amplified``: the first leader (0 if none); ``n_handoffs``: changes of
-    the leader; ``n_leaders``: entries of the path (more than :data:`MAX_LEADERS`: the
-    path is cut); ``leader_path`` ``[K]``, ``handoff_tau`` ``[K]``, ``handoff_step``
-    ``[K]``: the path (:class:`LeaderPath`); ``horizon``; ``final_direction`` ``[d]``:
+    ``fate`` ``[*batch]`` (:mod:`samflow.fate`) says what decided the run's future:
+    a regime is given only where it is decided (docs/theory.md, "Labels of the
+    limit"). ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``:
+    the regime the path names (:func:`path_regime`); ``OPEN``: unresolved.
+    ``collapse_by_records`` (discrete runs, whose iterates hover at a scale set by the
+    step instead of reaching 0) also labels collapse where ``||beta(tau_T)||_1 <
+    collapse_factor * ||beta(0)||_1``.
+
+    Returns ``regime`` (int8): failed from the records, the rest from the fate;
+    ``unresolved_reason`` (int8, :data:`REASON_MEANINGS`): 0 where decided, else how the
+    run stood where it stopped; ``stop_leader``: the path's leader there (0: none);
+    ``limit_coord`` (codes :data:`LIMIT_MEANINGS`): the last leader of a decided path,
+    0 after a collapse, -1 for a failed run, -2 for a certified finite limit, -3 when an
+    unresolved run stopped moving because the loss underflowed to 0, -4 when no
+    coordinate ever led, -5 when unresolved; ``first_amplified``: the first leader (0 if
+    none); ``n_handoffs``: changes of the leader; ``n_leaders``: entries of the path
+    (more than :data:`MAX_LEADERS`: the path is cut); ``leader_path`` ``[K]``,
+    ``handoff_tau`` ``[K]``, ``handoff_step`` ``[K]``: the path (:class:`LeaderPath`); ``horizon``; ``final_direction`` ``[d]``:
     ``beta / ||beta||_1`` at the horizon; ``takeover_tau`` ``[d]``: when coordinate j
     first took the lead (NaN if never, or only in the cut part of a long path);
     ``plateau_end_tau``: first recorded tau at which the loss is down to
@@ -340,29 +369,41 @@ def finish(
     plateau = first_tau(later & (loss <= plateau_fraction * loss[0]), tau)
 
     normT = _norm(state.beta_last)
-    collapsed = normT < collapse_factor * norm[0]
-    shrinking = normT < norm[0]
+    fate = jnp.broadcast_to(jnp.asarray(fate, jnp.int32), normT.shape)
+    collapsed = fate == fates.COLLAPSE
+    if collapse_by_records:
+        collapsed |= any_later & (normT < collapse_factor * norm[0])
+    by_path = (fate == fates.SETTLED) | (fate == fates.BLOWUP)
     regime = jnp.select(
-        [failed, collapsed & any_later, shrinking],
-        [FAILED, COLLAPSE, UNRESOLVED],
-        path_regime(path, major),
+        [failed, collapsed, fate == fates.FINITE, by_path],
+        [FAILED, COLLAPSE, FINITE, path_regime(path, major)],
+        UNRESOLVED,
     )
     converged = any_later & (state.last_change / jnp.maximum(normT, 1e-300) < converged_rtol)
     loss_T = jnp.max(jnp.where(t == horizon, loss, -jnp.inf), axis=0)
+    open_ = regime == UNRESOLVED
+    reason = jnp.select(
+        [~open_, path.count == 0, converged, normT < norm[0]],
+        [DECIDED, NO_LEADER, SLOWING, SHRINKING],
+        GROWING,
+    )
     limit = jnp.select(
         [
             regime == COLLAPSE,
             regime == FAILED,
-            converged & (loss_T == 0),
-            converged,
+            regime == FINITE,
             path.lead == 0,
+            open_ & converged & (loss_T == 0),
+            open_,
         ],
-        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_STALLED, LIMIT_FINITE, LIMIT_NONE],
+        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_NONE, LIMIT_STALLED, LIMIT_OPEN],
         path.lead,
     )
     safe = jnp.where(normT > 0, normT, 1.0)
     return {
         "regime": regime.astype(jnp.int8),
+        "unresolved_reason": reason.astype(jnp.int8),
+        "stop_leader": path.lead.astype(jnp.int32),
         "limit_coord": limit.astype(jnp.int32),
         "first_amplified": path.leaders[0],
         "n_handoffs": jnp.maximum(path.count - 1, 0).astype(jnp.int32),
@@ -389,6 +430,8 @@ def summarize(
     major: Array | int,
     path: LeaderPath | None = None,
     lead_start: Array | None = None,
+    fate: Array | int = fates.OPEN,
+    collapse_by_records: bool = False,
 ) -> dict[str, Array]:
     """:func:`start`, :func:`track` and :func:`finish` over recorded ``beta`` ``[T, d, *batch]``.
 
@@ -427,6 +470,8 @@ def summarize(
         plateau_fraction,
         path=path,
         major=major,
+        fate=fate,
+        collapse_by_records=collapse_by_records,
     )
     out.update(records)
     return out
@@ -477,8 +522,14 @@ def classify(
     major: Array | int,
     path: LeaderPath | None = None,
     lead_start: Array | None = None,
+    fate: Array | int = fates.OPEN,
+    collapse_by_records: bool = False,
 ) -> Classification:
-    """Classify ``beta`` ``[T, d, *batch]``: :func:`summarize` without time or loss."""
+    """Classify ``beta`` ``[T, d, *batch]``: :func:`summarize` without time or loss.
+
+    ``fate`` (:mod:`samflow.fate`) is what decided the run; records alone decide
+    nothing (the default leaves the run unresolved unless it failed, or collapsed by
+    ``collapse_by_records``)."""
     beta = jnp.asarray(beta)
     zeros = jnp.zeros((beta.shape[0], *beta.shape[2:]), beta.dtype)
     s = summarize(
@@ -491,6 +542,8 @@ def classify(
         major=major,
         path=path,
         lead_start=lead_start,
+        fate=fate,
+        collapse_by_records=collapse_by_records,
     )
     return Classification(
         s["regime"],

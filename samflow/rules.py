@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from samflow import fate as _fate
 from samflow import inputs
 from samflow.errors import InputError
 from samflow.layout import sum_leading
@@ -127,10 +128,20 @@ class BalancedFlow:
     Every real layer then stays equal to one vector ``u`` ``[d]`` (docs/theory.md §4);
     the solver integrates ``y = log u`` (``formulation = "log"``) or ``y = u``
     (``"linf"``) with ``field(tau, y, (mu, depth, rho)) -> dy/dtau``.
+
+    ``fate(y, mu, depth, rho, discrete) -> (code, winner)`` (optional) is the rule's
+    *certificate* (docs/theory.md, "Labels of the limit"): a condition on the state
+    ``y`` ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code
+    (``OPEN``: nothing certified; ``LEADS``: coordinate ``winner`` (1-based), once it
+    leads, leads for ever; ``COLLAPSE``: beta tends to 0; ``FINITE``: beta tends to a
+    finite nonzero point). ``discrete`` (static) asks whether it also holds for the
+    discrete balanced step (:mod:`samflow.balanced`) with any step size, where only
+    what is proven for the map is returned.
     """
 
     formulation: str
     field: Callable[[Array, Array, tuple], Array]
+    fate: Callable[..., tuple[Array, Array]] | None = None
 
     def state(self, u: Array) -> Array:
         """``u`` -> the solver's state ``y``."""
@@ -162,7 +173,35 @@ def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
         r = jnp.exp(jnp.log(rho) + log_mu + lift + log_c(log_mu, s, L))
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
-    return BalancedFlow("log", field)
+    def fate(s, mu, depth, rho, discrete):
+        """Certificate of the log form (docs/theory.md, "Certificates"), for the rules
+        whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
+        ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
+
+        L = 1: the field is ``mu`` whatever the perturbation, so the major, once it
+        leads, leads for ever. L = 2: ``g_j = d log u_j / dtau = mu_j (1 - rho c mu_j)``,
+        and ``g_j - g_k = (mu_j - mu_k) (1 - rho c (mu_j + mu_k))``. In the region
+        ``rho c (a + b) < 1`` (``a``, ``b`` the two largest mu) every ``g_j > 0``, so
+        every ``u_j`` grows, ``c`` does not grow, and the region is never left; in it
+        the rates are ordered as mu, so ``u_major / u_j`` never falls: LEADS, winner the
+        major. The discrete balanced step multiplies ``u_j`` by ``1 + h g_j``
+        (``h = eta |l'|``): with every ``g_j > 0`` the same argument holds for any
+        step. ``rho c mu_min > 1`` (flows only): every ``g_j < 0``, every ``u_j`` falls,
+        ``c`` does not fall, and beta tends to 0 (in finite time for l2-SAM): COLLAPSE.
+        L >= 3: OPEN (the blow-up or collapse event decides).
+        """
+        L = jnp.asarray(depth).astype(s.dtype)
+        log_mu = jnp.log(mu)
+        c = jnp.exp(log_c(log_mu, s, L))
+        top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
+        region = rho * c * jnp.sum(top2) < 1
+        shrink = rho * c * jnp.min(mu) > 1
+        below = _fate.OPEN if discrete else jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN)
+        at_two = jnp.where(region, _fate.LEADS, below)
+        code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, _fate.OPEN))
+        return code.astype(jnp.int32), (jnp.argmax(mu) + 1).astype(jnp.int32)
+
+    return BalancedFlow("log", field, fate)
 
 
 def _gd_log_c(log_mu, s, L):
@@ -189,6 +228,40 @@ def _linf_field(tau, u, args):
     mu, depth, rho = args
     grows = (u > 0) | (depth % 2 == 1)
     return jnp.where(grows, mu * signed_int_pow(u - rho, depth - 1), 0.0)
+
+
+def _linf_fate(u, mu, depth, rho, discrete):
+    """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory.md, "Certificates").
+
+    L = 1: the field is ``mu``: LEADS, winner the major. Otherwise the excess
+    ``v = u - rho`` keeps its sign (``u = rho`` is a fixed point), for flows only:
+
+    - L = 2: ``v_j = v_j(0) e^(mu_j tau)``. With some ``u_j > rho``, the winner ``j*``
+      is the largest mu among them: every ``u_k <= rho`` never grows, and an excess
+      ``v_k > 0`` with ``mu_k <= mu_j*`` never gains on ``v_j*``: LEADS. All
+      ``u_j < rho``: each reaches 0, which absorbs: COLLAPSE; else (the largest at
+      rho exactly) FINITE.
+    - odd L >= 3: ``du/dtau = mu (u - rho)^(L-1) >= 0``, so every ``u_j <= rho``
+      creeps up to rho: all ``u_j <= rho`` gives FINITE (``beta -> rho^L`` where
+      ``u_j(0) > 0``); a coordinate above rho blows up (the event decides): OPEN.
+    - even L >= 4: below rho ``u`` falls to the absorbing 0: all ``u_j < rho`` gives
+      COLLAPSE, all ``<= rho`` with one at rho FINITE; else OPEN.
+
+    The discrete step hovers around 0 instead of absorbing there, so only L = 1 is
+    certified for it.
+    """
+    above = u > rho
+    winner = jnp.argmax(jnp.where(above, mu, -jnp.inf)) + 1
+    below_all, at_most = jnp.all(u < rho), jnp.all(u <= rho)
+    lower = jnp.where(below_all, _fate.COLLAPSE, _fate.FINITE)
+    two = jnp.where(jnp.any(above), _fate.LEADS, lower)
+    odd = jnp.where(at_most, _fate.FINITE, _fate.OPEN)
+    even = jnp.where(at_most, lower, _fate.OPEN)
+    deep = jnp.where(depth % 2 == 1, odd, even)
+    flow = jnp.where(depth == 2, two, deep)
+    code = jnp.where(depth == 1, _fate.LEADS, _fate.OPEN if discrete else flow)
+    winner = jnp.where(depth == 1, jnp.argmax(mu) + 1, winner)
+    return code.astype(jnp.int32), winner.astype(jnp.int32)
 
 
 @dataclass(frozen=True)
@@ -363,7 +436,7 @@ SAM_LINF = PerturbationRule(
     "sam-linf",
     _linf_direction,
     True,
-    BalancedFlow("linf", _linf_field),
+    BalancedFlow("linf", _linf_field, _linf_fate),
     layers_alike=_linf_alike,
 )
 USAM = PerturbationRule(

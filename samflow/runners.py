@@ -172,6 +172,12 @@ class Flow:
             where the rule has a closed form; else linear), or ``log``, ``linf``,
             ``linear`` forced (docs/theory.md §3).
         save_tau: instead of the log grid, exactly these times (starting at 0).
+        tau_cap: run to the fate (docs/theory.md, "Labels of the limit"): a run whose
+            fate is not decided at ``tau_max`` goes on, unrecorded, until it is (an
+            event or a certificate) or until ``tau_cap`` (> ``tau_max``); its leader
+            path, stop and label are those of the longer run, its records end at
+            ``tau_max``. None (the default): the run ends at ``tau_max``, and one not
+            decided there is unresolved.
     """
 
     tau_max: float = 50.0
@@ -183,6 +189,7 @@ class Flow:
     max_steps: int = 100_000
     formulation: str = "auto"
     save_tau: tuple[float, ...] | None = None
+    tau_cap: float | None = None
 
     mode: ClassVar[str] = "flow"
 
@@ -199,6 +206,11 @@ class Flow:
             if not (0 < tau_min < self.tau_max):
                 raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
             object.__setattr__(self, "tau_min", tau_min)
+        if self.tau_cap is not None:
+            tau_cap = positive("tau-cap", self.tau_cap)
+            if not tau_cap > self.tau_max:
+                raise InputError(f"tau-cap must exceed tau-max = {self.tau_max:g}, got {tau_cap:g}")
+            object.__setattr__(self, "tau_cap", tau_cap)
         object.__setattr__(self, "rtol", positive("rtol", self.rtol))
         object.__setattr__(self, "atol", positive("atol", self.atol))
         object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
@@ -238,6 +250,8 @@ class Flow:
             "atol": self.atol,
             "max_steps": self.max_steps,
         }
+        if self.tau_cap is not None:
+            out["tau_cap"] = self.tau_cap
         return out
 
 

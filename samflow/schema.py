@@ -45,6 +45,7 @@ from samflow.regimes import (
     LIMIT_MEANINGS,
     MAX_LEADERS,
     PATH_HOW,
+    REASON_MEANINGS,
     UNRESOLVED_HOW,
 )
 
@@ -393,6 +394,10 @@ RUN_ATTRS = {
     "rtol": Attribute("relative tolerance of the step-size controller", when=FLOW),
     "atol": Attribute("absolute tolerance of the step-size controller", when=FLOW),
     "max_steps": Attribute("cap on solver steps", when=FLOW),
+    "tau_cap": Attribute(
+        "runs not decided at tau_max went on, unrecorded, to their fate or to this tau",
+        when="given",
+    ),
     "flow_formulation": Attribute("the flow's state: log, linf or linear", when=FLOW),
     "parametrization": Attribute(
         "the predictor: u2-v2 (beta = u^2 - v^2) or uv (beta = u v)",
@@ -445,10 +450,23 @@ POINT = {
             "path_codes": PATH_HOW,
         },
     ),
+    "unresolved_reason": Variable(
+        (GRID,),
+        "int8",
+        "how an unresolved run stood where it stopped (0: decided)",
+        classified=True,
+        attrs={
+            "flag_values": np.arange(len(REASON_MEANINGS.split()), dtype=np.int8),
+            "flag_meanings": REASON_MEANINGS,
+        },
+    ),
+    "stop_leader": Variable(
+        (GRID,), "int32", "leading coordinate where the run stopped (0: none; not a limit)"
+    ),
     "limit_coord": Variable(
         (GRID,),
         "int32",
-        "coordinate leading where the dynamics end (horizon, blow-up, guard)",
+        "coordinate leading in the limit, where the run's fate is decided (else a code)",
         classified=True,
         attrs={"comment": LIMIT_MEANINGS},
     ),

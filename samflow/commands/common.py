@@ -154,6 +154,12 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "rtol": (finite_float, Flow, "flow tolerance"),
         "atol": (finite_float, Flow, "flow tolerance"),
         "max-steps": (integer, Flow, "flow: solver step cap"),
+        "tau-cap": (
+            finite_float,
+            None,
+            "flow: a run not decided at tau-max goes on, unrecorded, to its fate (an event "
+            "or a certificate of the limit) or to this tau (default: it ends at tau-max)",
+        ),
     }
     for flag, (kind, runner, text) in options.items():
         if runner is not None:
@@ -164,7 +170,8 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "--collapse-factor",
         type=finite_float("collapse-factor"),
         default=inputs.COLLAPSE_FACTOR,
-        help="collapse when ||beta||_1 at the horizon < factor * ||beta(0)||_1",
+        help="discrete runs: collapse when ||beta||_1 at the horizon < factor * "
+        "||beta(0)||_1 (flows collapse by their event or a certificate)",
     )
 
 
@@ -264,7 +271,7 @@ def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
 
 DISCRETE_OPTIONS = ("eta", "steps", "record_every", "log_records", "batch", "m", "label_noise")
 FLOW_OPTIONS = ("tau_max", "tau_min", "n_save", "formulation", "solver", "rtol", "atol")
-FLOW_OPTIONS += ("max_steps",)
+FLOW_OPTIONS += ("max_steps", "tau_cap")
 
 
 def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:

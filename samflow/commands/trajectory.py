@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         save_figure,
         write_dataset,
     )
+    from samflow.regimes import REASON_MEANINGS, UNRESOLVED
 
     check_output(args.out, NETCDF_SUFFIXES)
     if args.figure:
@@ -72,7 +73,13 @@ def run(args: argparse.Namespace) -> int:
         seed=0 if args.seed is None else args.seed,
     )
     write_dataset(ds, args.out)
-    if not args.quiet and "regime" in ds:
+    if not args.quiet and "regime" in ds and int(ds["regime"]) == UNRESOLVED:
+        reason = REASON_MEANINGS.split()[int(ds["unresolved_reason"])]
+        print(
+            f"{args.out}: regime {UNRESOLVED} (unresolved: {reason} where it stopped, "
+            f"leader {int(ds['stop_leader'])}; a flow runs to its fate with --tau-cap)"
+        )
+    elif not args.quiet and "regime" in ds:
         print(
             f"{args.out}: regime {int(ds['regime'])} ({ds.attrs['regime_meaning']}), "
             f"limit coordinate {int(ds['limit_coord'])}"

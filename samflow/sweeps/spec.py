@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when i
     from samflow.rules import PerturbationRule
     from samflow.stochastic import Sampling
 
-SUMMARY_VALUES = 12
+SUMMARY_VALUES = 14
 """Per-point scalars of a sweep's result (regime, limit_coord, ..., solver_failed)."""
 RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""

@@ -1,0 +1,30 @@
+"""How a run ended, as far as its limit is concerned: the codes a run's *fate* takes.
+
+A regime is a statement about the limit ``tau -> infinity`` (docs/theory.md, "Labels of
+the limit"), so a run is labelled only once its fate is decided: an event ended it
+(beta reached 0, or a finite-time blow-up), or a *certificate* holds at its end state,
+a condition that provably fixes what happens next (an invariant region of the flow,
+:meth:`samflow.rules.BalancedFlow.fate`). Otherwise the run is unresolved, whatever
+its leader path so far.
+
+Codes (``int``, the same in every batch element):
+
+- :data:`OPEN` (0): nothing decided; the run is unresolved.
+- :data:`SETTLED` (1): the leader at the end leads for ever (no further hand-off):
+  the leader path is complete and names the regime.
+- :data:`COLLAPSE` (2): beta tends to 0 (the collapse event, or a certificate).
+- :data:`FINITE` (3): beta converges to a finite nonzero point (a certificate).
+- :data:`BLOWUP` (4): a finite-time blow-up ended the run (L >= 3); the leader at the
+  blow-up is the limit's.
+
+A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
+:data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE` and :data:`LEADS` (the winner it names
+leads for ever once it leads); the run is :data:`SETTLED` when that winner leads.
+"""
+
+from __future__ import annotations
+
+OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP = range(5)
+LEADS = SETTLED
+"""A certificate's code: its winner, once it leads, leads for ever."""
+MEANINGS = "open settled collapse finite blowup"
