@@ -19,12 +19,21 @@ Every batch runs through :func:`samflow.engine.run_points`, whose compiled progr
 cached by the static setup and the padded batch size: a second identical call compiles
 nothing.
 
+Edges lie between labels of the limit only (docs/theory.md, "Labels of the limit"): a
+bracket needs both of its scan alphas decided, neither failed nor unresolved, and a
+flow runner without ``tau_cap`` is run to its fate up to :data:`CAP_FACTOR` times its
+horizon (``tau_cap`` is written to the file). An edge that moved with the horizon is
+therefore not reported: at L = 3 the lower "direct edge" near alpha = 2e-3 of a run
+stopped at tau = 200 is gone once the runs below it are taken to their blow-up.
+
 What is found, precisely: the edges whose neighbouring scan alphas differ; two edges
 closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
 point reports how many edges it has, all of them in increasing alpha (at most
 :data:`MAX_EDGES`), the edge itself where there is exactly one, and why not
 (:data:`WHY_NAN`) otherwise. A run that fails in the scan or in a bisection makes the
-point's edge NaN with reason ``solver_failure``: the failed alpha may hide an edge.
+point's edge NaN with reason ``solver_failure``: the failed alpha may hide an edge; a
+run left unresolved (its fate not decided by the cap) does the same with reason
+``unresolved`` (``solver_failure`` is said first where both apply).
 """
 
 from __future__ import annotations
@@ -52,9 +61,11 @@ KINDS = ("collapse", "direct")
 """The two kinds of edge: where the regime starts or stops being collapse / direct."""
 MAX_EDGES = 4
 """Edges of one kind kept per point in ``alpha_<kind>_all`` (more are counted only)."""
-WHY_NAN = ("found", "no_edge", "several_edges", "solver_failure")
+WHY_NAN = ("found", "no_edge", "several_edges", "solver_failure", "unresolved")
 """Codes 0.. of ``why_nan_<kind>``: why ``alpha_<kind>`` is NaN (0: it is not)."""
-FOUND, NO_EDGE, SEVERAL, FAILURE = range(4)
+FOUND, NO_EDGE, SEVERAL, FAILURE, UNDECIDED = range(5)
+CAP_FACTOR = 100.0
+"""A flow runner without ``tau_cap`` runs to its fate up to this many times ``tau_max``."""
 
 
 def boundary(
@@ -102,6 +113,8 @@ def boundary(
         scan_points = max(9, math.ceil(SCAN_PER_DECADE * math.log10(hi_alpha / lo_alpha)) + 1)
     scan_points = inputs.integer("scan-points", scan_points, minimum=2)
     progress = inputs.check_flag("progress", progress)
+    if isinstance(runner, Flow) and runner.tau_cap is None:
+        runner = replace(runner, tau_cap=CAP_FACTOR * runner.tau_max)
     spec = SweepSpec.from_inputs(
         method,
         depth=depth,
@@ -129,7 +142,7 @@ def boundary(
 
 
 class _Regimes:
-    """The regime at the horizon of grid points at given alphas, in batches of runs."""
+    """The regime (a label of the limit) of grid points at given alphas, in batches of runs."""
 
     def __init__(self, spec: SweepSpec, bar):
         from samflow import devices
@@ -161,7 +174,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
     """Scan, then bisect every edge of every point of the checked ``spec``."""
     from tqdm.auto import tqdm
 
-    from samflow.regimes import COLLAPSE, DIRECT, FAILED
+    from samflow.regimes import COLLAPSE, DIRECT, FAILED, UNRESOLVED
     from samflow.schema import BOUNDARY
 
     P, S = spec.size, scan_points
@@ -171,7 +184,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
     with tqdm(total=P * S, desc="scan", unit="run", disable=not progress) as bar:
         regimes = _Regimes(spec, bar)
         regime = regimes(np.repeat(np.arange(P), S), np.tile(scan, P)).reshape(P, S)
-        ok = regime != FAILED
+        ok = (regime != FAILED) & (regime != UNRESOLVED)  # decided: a label of the limit
         # Brackets: neighbouring scan alphas, both run, on either side of an edge; per
         # bracket its kind, point, low end (scan index) and indicator at the low end.
         found = []
@@ -183,6 +196,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         kind, point, low, start = (np.concatenate(v) for v in zip(*found, strict=True))
         lo, hi = scan[low], scan[low + 1]
         failed = np.zeros(len(kind), bool)
+        undecided = np.zeros(len(kind), bool)
         if len(kind):
             bar.reset(total=n_iter * len(kind))
             bar.set_description("bisect")
@@ -190,9 +204,11 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
                 mid = 0.5 * (lo + hi)
                 r = regimes(point, mid)
                 failed |= r == FAILED
-                same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == start) & (r != FAILED)
+                undecided |= r == UNRESOLVED
+                decided = (r != FAILED) & (r != UNRESOLVED)
+                same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == start) & decided
                 lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
-    edge = np.where(failed, np.nan, np.exp(0.5 * (lo + hi)))
+    edge = np.where(failed | undecided, np.nan, np.exp(0.5 * (lo + hi)))
 
     data = {a.name: a.array() for a in spec.axes}
     data["edge"] = np.arange(MAX_EDGES)
@@ -205,8 +221,12 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
             if filled[p] < MAX_EDGES:
                 every[p, filled[p]] = e
             filled[p] += 1
-        bad = ~ok.all(axis=1) | (np.bincount(point[mine & failed], minlength=P) > 0)
-        why = np.select([bad, count == 0, count > 1], [FAILURE, NO_EDGE, SEVERAL], FOUND)
+        bad = (regime == FAILED).any(axis=1) | (np.bincount(point[mine & failed], minlength=P) > 0)
+        open_ = (regime == UNRESOLVED).any(axis=1)
+        open_ |= np.bincount(point[mine & undecided], minlength=P) > 0
+        why = np.select(
+            [bad, open_, count == 0, count > 1], [FAILURE, UNDECIDED, NO_EDGE, SEVERAL], FOUND
+        )
         data[f"alpha_{name}"] = np.where(why == FOUND, every[:, 0], np.nan).reshape(spec.shape)
         data[f"alpha_{name}_all"] = every.reshape(*spec.shape, MAX_EDGES)
         data[f"n_edges_{name}"] = count.reshape(spec.shape)
@@ -224,9 +244,10 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         method_of_solution=(
             f"scan of {S} log-spaced alphas in [{lo_alpha:g}, {hi_alpha:g}], then "
             f"bisection on log alpha of every change, {n_iter} steps (relative tolerance "
-            f"{rtol_alpha:g}); the collapse edge is where the regime at the horizon starts "
-            "or stops being collapse, the direct edge where it starts or stops being "
-            "direct; two edges closer than one scan step are not seen"
+            f"{rtol_alpha:g}); the collapse edge is where the regime (a label of the "
+            "limit) starts or stops being collapse, the direct edge where it starts or "
+            "stops being direct, both sides decided (not unresolved, not failed); two "
+            "edges closer than one scan step are not seen"
         ),
         alpha_range=np.asarray([lo_alpha, hi_alpha]),
         rtol_alpha=rtol_alpha,

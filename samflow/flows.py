@@ -499,7 +499,8 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
     ``config.extend`` times the horizon), stopped where ``cond_fn`` changes sign, with
     the leader path watched between the steps (:class:`LeaderWatch`, ``log_beta`` the
     state's ``log |beta|``). ``start``: beta and its rate at the start, for the first
-    leader; ``major`` (1-based; None: ``argmax_j mu_j`` of one point). Returns the solution and that first leader."""
+    leader; ``major`` (1-based; None: ``argmax_j mu_j`` of one point). Returns the
+    solution and that first leader."""
     if major is None:
         if problem.X.shape[0] != 1:
             raise InputError("integrate: n points need major (samflow.model.major_coordinate)")

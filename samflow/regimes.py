@@ -341,7 +341,8 @@ def finish(
     coordinate ever led, -5 when unresolved; ``first_amplified``: the first leader (0 if
     none); ``n_handoffs``: changes of the leader; ``n_leaders``: entries of the path
     (more than :data:`MAX_LEADERS`: the path is cut); ``leader_path`` ``[K]``,
-    ``handoff_tau`` ``[K]``, ``handoff_step`` ``[K]``: the path (:class:`LeaderPath`); ``horizon``; ``final_direction`` ``[d]``:
+    ``handoff_tau`` ``[K]``, ``handoff_step`` ``[K]``: the path (:class:`LeaderPath`);
+    ``horizon``; ``final_direction`` ``[d]``:
     ``beta / ||beta||_1`` at the horizon; ``takeover_tau`` ``[d]``: when coordinate j
     first took the lead (NaN if never, or only in the cut part of a long path);
     ``plateau_end_tau``: first recorded tau at which the loss is down to

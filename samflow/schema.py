@@ -682,7 +682,8 @@ def _edge_variables(kind: str, where: str) -> dict[str, Variable]:
                 "flag_values": np.arange(len(WHY_NAN), dtype=np.int8),
                 "flag_meanings": " ".join(WHY_NAN),
                 "comment": "solver_failure: a run failed in the scan or a bisection, so an "
-                "edge may be missing",
+                "edge may be missing; unresolved: a run's fate was not decided (its label "
+                "is not one of the limit), so an edge may be missing",
             },
         ),
     }
@@ -695,9 +696,9 @@ BOUNDARY = Schema(
         **{k: v for k, v in AXES.items() if k not in ("alpha", "seed")},
         "edge": Variable(("edge",), "int64", "index k of an edge, in increasing alpha", coord=True),
         **_edge_variables(
-            "collapse", "where the regime at the horizon starts or stops being collapse"
+            "collapse", "where the label of the limit starts or stops being collapse"
         ),
-        **_edge_variables("direct", "where the regime at the horizon starts or stops being direct"),
+        **_edge_variables("direct", "where the label of the limit starts or stops being direct"),
     },
     attrs={
         **{k: v for k, v in RUN_ATTRS.items() if k != "n_points"},

@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
+from samflow.boundary import CAP_FACTOR
 from samflow.engine import one_ahead, run_points, start_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
@@ -58,12 +59,19 @@ def figure_spec(
     tau_max: float = 50.0,
     n_save: int = 60,
     save_trajectories: bool = False,
+    to_fate: bool = True,
 ) -> SweepSpec:
-    """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS)."""
+    """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
+
+    ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
+    :data:`samflow.boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
+    figure draws are labels of the limit (docs/theory.md §6.1); off for figures that
+    draw no labels."""
     if mode == "discrete":
         runner = Discrete(eta=eta, steps=steps, record_every=record_every)
     else:
-        runner = Flow(tau_max=tau_max, n_save=n_save, **FLOW_SETTINGS)
+        tau_cap = CAP_FACTOR * tau_max if to_fate else None
+        runner = Flow(tau_max=tau_max, n_save=n_save, tau_cap=tau_cap, **FLOW_SETTINGS)
     axes = tuple(axes)
     for axis in axes:
         if not isinstance(axis, Axis):

@@ -98,6 +98,7 @@ def run_data(quick: bool) -> dict:
             data=data,
             tau_max=t_max,
             save_trajectories=True,
+            to_fate=False,
         )
         ds = sweep(spec, quick=quick, times=flow_times(t_max, quick, tau_min=T_MIN))
         ds = ds.squeeze("rho")

@@ -45,6 +45,7 @@ def run(quick: bool) -> dict:
         rho=RHO,
         mu=MU,
         save_trajectories=True,
+        to_fate=False,
     )
     times = flow_times(TAU_SHOW, quick, tau_min=1e-3)
     times[np.argmin(np.abs(times - TAU_AT))] = TAU_AT  # a record exactly at tau = 0.5

@@ -12,11 +12,11 @@ Below rho a coordinate falls to 0 for even L (collapse when all do) and creeps u
 rho for odd L (a finite limit). Dashed: these predicted boundaries,
 ``alpha_2 - rho = (alpha_1 - rho) (mu_1 / mu_2)^(1/(L-2))`` between the two races.
 
-Measured: L = 2 from ``limit_coord`` of the flow run until the overflow guard (records
-to tau = 1000); L >= 3 from the coordinate leading just before the blow-up (each
-blow-up rerun in time relative to it, see ``_engine.up_to_blowup``), else
-``limit_coord`` (L = 4: 0 after a collapse), and for odd L "finite" where no blow-up
-happened by tau = 1000 and ``||beta||_1 <= d rho^L``.
+Measured: the engine's label of the limit (``limit_coord``; docs/theory.md §6.1),
+each run taken to its fate (records to tau = 1000): L = 2 from the certificate of the
+excess' signs, a collapse, or the overflow guard; odd L "finite" from the certificate
+(every ``alpha_j <= rho``); L >= 3 otherwise the coordinate leading just before the
+blow-up (each blow-up rerun in time relative to it, see ``_engine.up_to_blowup``).
 
 Fourth panel: d = 3, mu = (1, 2, 3), random ``alpha`` (log-uniform in [0.2, 5], 96
 seeds, full 480), L = 2, 3, 4, the engine's limit (``limit_coord``, from the state at
@@ -41,7 +41,7 @@ from samflow.plotting import (
     mu_label,
     save_figure_set,
 )
-from samflow.regimes import LIMIT_FINITE
+from samflow.regimes import LIMIT_FINITE, LIMIT_OPEN
 from samflow.sweeps.axes import parse_axis
 from samflow.theory import linf_limit_index
 
@@ -56,6 +56,7 @@ COLOURS = {
     1: coord_style(0)["color"],
     2: coord_style(1)["color"],
     LIMIT_FINITE: OKABE_ITO[5],
+    LIMIT_OPEN: "#FFFFFF",
     FAILED: "#000000",
 }
 NAMES = {
@@ -64,6 +65,7 @@ NAMES = {
     2: r"2: $\beta/\|\beta\| \to e_2$ (major)",
     3: r"3: $\beta/\|\beta\| \to e_3$ (d = 3)",
     LIMIT_FINITE: r"-2: $\beta \to$ finite point",
+    LIMIT_OPEN: "-5: undecided at the cap",
     FAILED: "-1: solver failed",
 }
 
@@ -97,15 +99,10 @@ def run_d3(quick: bool):
         np.asarray(pred, np.int32),
         {"long_name": "Corollary 3.5: limit coordinate, 0 collapse, -2 finite"},
     )
-    measured = ds["limit_coord"].values
-    depth = ds["depth"].values[None, :]
-    bounded = ds["beta_norm"].isel(time=-1).values <= len(MU3) * RHO**depth * (1 + 1e-9)
-    blew = np.isfinite(ds["blowup_tau"].values)
-    measured = np.where((depth % 2 == 1) & ~blew & bounded, LIMIT_FINITE, measured)
     ds["limit_measured"] = (
         ("seed", "depth"),
-        measured.astype(np.int32),
-        {"long_name": "limit_coord; finite for a bounded odd-L run without blow-up"},
+        ds["limit_coord"].values.astype(np.int32),
+        {"long_name": "limit_coord of the engine (a label of the limit; -5: undecided)"},
     )
     return ds
 
@@ -113,13 +110,9 @@ def run_d3(quick: bool):
 def measured_limit(ds, near, blew) -> np.ndarray:
     """Limit category over (alpha_1, alpha_2, depth)."""
     limit = ds["limit_coord"].values.astype(float)
-    depth = ds["depth"].values[None, None, :]
-    bounded = ds["beta_norm"].isel(time=-1).values <= ds.sizes["coord"] * RHO**depth * (1 + 1e-9)
-    last = near["dominant"].isel(time=-1).values
+    last = near["dominant"].isel(time=-1).values if near is not None else limit
     at_blowup = np.where(last > 0, last, FAILED)
-    odd = depth % 2 == 1
-    not_blown = np.where(odd, np.where(bounded, LIMIT_FINITE, FAILED), limit)
-    out = np.where(blew, at_blowup, not_blown)
+    out = np.where(blew, at_blowup, limit)
     return np.where((ds["regime"].values == FAILED) & ~blew, FAILED, out)
 
 
@@ -222,7 +215,8 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
         ("alpha_1", "alpha_2", "depth"),
         limit.astype(np.int32),
         {
-            "long_name": "limit of beta: coordinate, 0 collapse, -2 finite, -1 failed",
+            "long_name": "limit of beta: coordinate, 0 collapse, -2 finite, -1 failed, "
+            "-5 undecided",
             "comment": "L = 3: leader at tau = (1 - 1e-5) tau*, see the _blowup file",
         },
     )

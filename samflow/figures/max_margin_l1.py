@@ -81,6 +81,7 @@ def run(quick: bool) -> xr.Dataset:
             alpha=ALPHA,
             data=shape,
             tau_max=T_MAX,
+            to_fate=False,
         )
         spec = replace(spec, runner=replace(spec.runner, max_steps=100_000))
         out = on_datasets(spec, np.repeat(data, len(METHODS), axis=0), times)

@@ -4,9 +4,9 @@ The motivating picture. Balanced flows from 16 starts ``w^(l) = (alpha_1, alpha_
 with ``alpha_j`` in {0.4, 0.7, 1.5, 3.2} (rho = 1), at L = 2 (top) and L = 3 (bottom),
 drawn in the (beta_1, beta_2) plane on log axes (``beta = u^L > 0`` from a positive
 balanced start). Each line is coloured and dashed by where it ends, as measured by
-the engine (``limit_coord``; L = 3: the coordinate that wins the blow-up race, or a
-finite point); a start is a dot. Lines that run to the upper left turn towards e_2
-(the major feature), to the lower right towards e_1 (the minor one), to the lower
+the engine (``limit_coord``, each run taken to its fate; L = 3: the coordinate that
+wins the blow-up race, or a certified finite point); a start is a dot. Lines that run
+to the upper left turn towards e_2 (the major feature), to the lower right towards e_1 (the minor one), to the lower
 left collapse (lines are clipped to the box, so a coordinate falling to 0 runs
 along its edge). Predicted limits, checked start by start (panel titles):
 
@@ -46,6 +46,7 @@ STYLE = {  # limit code: colour, line style, name
     0: ("#888888", ":", r"$\to 0$ (collapse)"),
     LIMIT_FINITE: (OKABE_ITO[2], "-.", "finite point"),
     -1: ("#000000", "-", "failed"),
+    -5: ("#BBBBBB", (0, (1, 3)), "undecided"),
 }
 BOX = (1e-3, 1e10)
 KEYS = {"GD": "gd", "l2-SAM": "l2sam", "linf-SAM": "linfsam"}
@@ -76,12 +77,8 @@ def run(quick: bool) -> dict[str, xr.Dataset]:
 
 
 def measured(one: xr.Dataset) -> int:
-    """The limit code of one start: ``limit_coord``, or finite for a bounded L = 3 run."""
-    blew = np.isfinite(float(one["blowup_tau"]))
-    if int(one["depth"]) % 2 == 1 and not blew:
-        return (
-            LIMIT_FINITE if float(one["beta_norm"].isel(time=-1)) <= 2 * RHO**3 * (1 + 1e-9) else -1
-        )
+    """The limit code of one start: the engine's ``limit_coord`` (a label of the limit,
+    the run taken to its fate; docs/theory.md §6.1)."""
     return int(one["limit_coord"])
 
 

@@ -51,6 +51,10 @@ NEW_DEFAULTS = {
 }
 """Fields added with the model options, and their defaults: left out of :meth:`SweepSpec.key`
 where they hold these, so that a sweep of the paper's model keeps its key (and resumes)."""
+LABELS = "limit-1"
+"""The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
+labelled under another meaning (before the labels of the limit, docs/theory.md) are
+never resumed into a sweep of this one."""
 COPIES = 3
 """A result is held about three times at its peak: by the compiled program, on the host,
 and in the Dataset made from it."""
@@ -337,6 +341,7 @@ class SweepSpec:
             if fields[name] == value:
                 del fields[name]
         fields["rule"] = rule_identity(self.rule)
+        fields["labels"] = LABELS
         runner = self.runner.identity() if self.mode == "discrete" else asdict(self.runner)
         fields["runner"] = {"type": type(self.runner).__name__, **runner}
         if self.sampling is None:  # a deterministic run's key is today's

@@ -1,0 +1,179 @@
+"""Labels of the limit (docs/theory.md §6.1): a regime only where the run's fate is
+decided, so that no longer run contradicts it."""
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import samflow
+from samflow.regimes import (
+    DIRECT,
+    FINITE,
+    GROWING,
+    LIMIT_FINITE,
+    LIMIT_OPEN,
+    RETURNED,
+    SHRINKING,
+    UNRESOLVED,
+)
+
+MU = [1.0, 2.0, 3.0, 4.0]
+
+
+def test_the_depth_3_example_is_unresolved_at_the_horizon_and_returned_at_its_fate():
+    """The issue's example: at tau_max = 200 the run is still growing towards a blow-up
+    that comes at tau 271.7 after the lead passed 4 -> 3 -> 4. It was labelled direct;
+    it is unresolved there, and run to its fate (tau_cap) it is what the run to 2000 says."""
+    problem = dict(depth=3, mu=MU, alpha=2e-3, rho=0.05)
+    short = samflow.trajectory("sam-l2", **problem, runner=samflow.Flow(tau_max=200.0))
+    assert int(short["regime"]) == UNRESOLVED
+    assert int(short["unresolved_reason"]) == GROWING
+    assert int(short["limit_coord"]) == LIMIT_OPEN and int(short["stop_leader"]) == 4
+    assert short.attrs["stop_tau"] == 200.0 and "blowup_tau" not in short.attrs
+    capped = samflow.trajectory(
+        "sam-l2", **problem, runner=samflow.Flow(tau_max=200.0, tau_cap=2000.0)
+    )
+    long = samflow.trajectory("sam-l2", **problem, runner=samflow.Flow(tau_max=2000.0))
+    for ds in (capped, long):
+        assert int(ds["regime"]) == RETURNED and int(ds["limit_coord"]) == 4
+        assert int(ds["unresolved_reason"]) == 0
+        np.testing.assert_array_equal(ds["leader_path"].values[:4], [4, 3, 4, 0])
+    # The capped run keeps its records on [0, 200] and goes on unrecorded: the same solve
+    # to the same blow-up as the long one (the solver's steps differ only in where the
+    # save grid cuts them: 1e-6 relative).
+    assert capped["tau"].values[-1] == 200.0
+    assert abs(capped.attrs["blowup_tau"] / long.attrs["blowup_tau"] - 1) < 1e-6
+    assert abs(capped.attrs["blowup_tau"] - 271.72) < 0.01
+    assert capped.attrs["tau_cap"] == 2000.0
+
+
+@pytest.mark.parametrize(
+    ("method", "depth", "rho"),
+    [
+        ("sam-l2", 2, 1.0),
+        ("sam-l2", 3, 0.1),
+        ("sam-l2", 4, 0.1),
+        ("gd", 3, None),
+        ("sam-linf", 2, 0.5),
+        ("sam-linf", 3, 0.5),
+        ("usam", 2, 1.0),
+    ],
+)
+def test_no_longer_run_contradicts_a_label(method, depth, rho):
+    """Every run decided at a horizon T keeps its regime, limit and leader path when run
+    ten times longer, and again with a cap of a hundred times T (run to its fate)."""
+    alphas = np.geomspace(1e-3, 2.0, 13)
+    T = 20.0
+    out = {}
+    for name, runner in {
+        "T": samflow.Flow(tau_max=T, n_save=20),
+        "10T": samflow.Flow(tau_max=10 * T, n_save=20),
+        "cap": samflow.Flow(tau_max=T, n_save=20, tau_cap=100 * T),
+    }.items():
+        out[name] = samflow.sweep(
+            method, depth=depth, mu=MU, rho=rho, axes={"alpha": alphas}, runner=runner
+        )
+    base = out["T"]
+    decided = base["regime"].values != UNRESOLVED
+    assert decided.any()
+    for name in ("10T", "cap"):
+        other = out[name]
+        for var in ("regime", "limit_coord"):
+            np.testing.assert_array_equal(
+                other[var].values[decided], base[var].values[decided], err_msg=f"{name} {var}"
+            )
+        # A decided path is complete: the longer run has the same leaders.
+        np.testing.assert_array_equal(
+            other["leader_path"].values[decided], base["leader_path"].values[decided]
+        )
+    # Running to the fate decides at least as much as the horizon T did.
+    assert (out["cap"]["regime"].values != UNRESOLVED).sum() >= decided.sum()
+
+
+def test_discrete_labels_are_not_contradicted_by_more_steps():
+    """Discrete l2-SAM at L = 2 (balanced step, certificate of the discrete map) and at
+    L = 3 (no certificate: only collapse decides): decided labels hold with 8x the steps."""
+    alphas = np.geomspace(0.05, 2.0, 9)
+    for depth in (2, 3):
+        runs = [
+            samflow.sweep(
+                "sam-l2",
+                depth=depth,
+                mu=MU,
+                rho=0.5,
+                axes={"alpha": alphas},
+                runner=samflow.Discrete(eta=0.02, steps=steps, record_every=steps // 20),
+            )
+            for steps in (2000, 16000)
+        ]
+        decided = runs[0]["regime"].values != UNRESOLVED
+        if depth == 2:
+            assert decided.sum() >= 6  # the certificate decides most of the grid
+        np.testing.assert_array_equal(
+            runs[1]["regime"].values[decided], runs[0]["regime"].values[decided]
+        )
+
+
+def test_odd_depth_linf_below_rho_is_a_finite_limit():
+    """linf-SAM at L = 3 with every alpha_j < rho: each u_j creeps up to rho (docs/theory.md
+    §4.2), beta -> rho^3 (1, 1, 1, 1). The engine names it from its certificate, and its
+    records follow the closed form v = u - rho = v0 / (1 - mu v0 tau) (dv/dtau = mu v^2,
+    written here) to the solver's tolerance."""
+    alpha, rho = np.array([0.3, 0.2, 0.4, 0.1]), 0.5
+    for tau_max in (50.0, 1000.0):
+        ds = samflow.trajectory(
+            "sam-linf",
+            depth=3,
+            mu=MU,
+            alpha_per_coord=alpha,
+            rho=rho,
+            runner=samflow.Flow(tau_max=tau_max, n_save=30),
+        )
+        assert int(ds["regime"]) == FINITE and int(ds["limit_coord"]) == LIMIT_FINITE
+        assert ds.attrs["regime_meaning"] == "finite"
+    tau = ds["tau"].values
+    v0 = alpha - rho
+    u = rho + v0 / (1 - np.asarray(MU) * v0 * tau[:, None])
+    # rtol 1e-8 of the solver on values of order rho^3: 1e-6 relative is 100x that.
+    np.testing.assert_allclose(ds["beta"].values, u**3, rtol=1e-6)
+    assert np.all(ds["beta"].values[-1] / rho**3 > 0.99)
+
+
+def test_depth_4_near_collapse_stays_unresolved_while_shrinking():
+    """l2-SAM at L = 4, alpha = 0.01, rho = 0.1: shrinking at tau = 50, not yet collapsed;
+    there is no certificate at L >= 3, so no label until the collapse event."""
+    ds = samflow.trajectory(
+        "sam-l2", depth=4, mu=MU, alpha=0.01, rho=0.1, runner=samflow.Flow(tau_max=50.0)
+    )
+    assert int(ds["regime"]) == UNRESOLVED and int(ds["unresolved_reason"]) == SHRINKING
+
+
+def _l2_flow_l2(alpha, rho, tau):
+    """Independent float64 integration of the balanced l2-SAM flow at L = 2 in log space:
+    ds_j/dtau = mu_j (1 - rho mu_j / N), N = sqrt(2 sum mu_k^2 e^(2 s_k))."""
+    mu = np.asarray(MU)
+
+    def f(t, s):
+        N = np.sqrt(2 * np.sum(mu**2 * np.exp(2 * s)))
+        return mu * (1 - rho * mu / N)
+
+    sol = solve_ivp(f, (0, tau), np.log(alpha), rtol=1e-11, atol=1e-12, dense_output=True)
+    return sol
+
+
+def test_the_l2_certificate_is_an_invariant_region():
+    """Where samflow says a run is decided by the L = 2 certificate (direct at alpha = 1,
+    sequential at alpha = 0.5), an independent integration to ten times the stop shows
+    the major leading from the stop on, at 200 checkpoints."""
+    mu = np.asarray(MU)
+    for alpha, regime in ((1.0, DIRECT), (0.5, 2)):
+        ds = samflow.trajectory(
+            "sam-l2", depth=2, mu=MU, alpha=alpha, rho=1.0, runner=samflow.Flow(tau_max=30.0)
+        )
+        assert int(ds["regime"]) == regime
+        sol = _l2_flow_l2(alpha, 1.0, 300.0)
+        for t in np.linspace(30.0, 300.0, 200):
+            s = sol.sol(t)
+            assert np.argmax(s) == 3
+            N = np.sqrt(2 * np.sum(mu**2 * np.exp(2 * s)))
+            assert N > 1.0 * (mu[-1] + mu[-2])  # still inside the region
