@@ -8,7 +8,8 @@ the engine (``limit_coord``, each run taken to its fate; L = 3: the coordinate t
 wins the blow-up race, or a certified finite point); a start is a dot. Lines that run
 to the upper left turn towards e_2 (the major feature), to the lower right towards e_1
 (the minor one), to the lower left collapse (lines are clipped to the box, so a
-coordinate falling to 0 runs along its edge). Predicted limits, checked start by start (panel titles):
+coordinate falling to 0 runs along its edge). Predicted limits, checked start by start
+(panel titles):
 
 - GD: ``e_2`` at L = 2; at L = 3 the earliest blow-up ``tau_j* = 1 / (mu_j alpha_j)``,
   i.e. Corollary 3.5 with rho = 0, so a large enough ``alpha_1`` makes the minor
