@@ -293,14 +293,15 @@ def _not_classified(setup: Setup, out: dict) -> None:
         del out["regime"], out["unresolved_reason"], out["limit_coord"]
 
 
-def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho) -> Array:
+def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho, eta) -> Array:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``.
 
     The collapse: ``max_j |beta_j|`` fell ``singular_log_range`` below its start (the
     path observer's frozen floor). A certificate: on the balanced step (equal layers,
     the paper's model; :mod:`samflow.balanced`) of one point ``mu > 0`` with ``y = +1``,
-    the rule's :meth:`samflow.rules.BalancedFlow.fate` for the discrete map at the last
-    record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must also be positive).
+    the rule's :meth:`samflow.rules.BalancedFlow.fate` for the discrete map with step
+    ``eta`` at the last record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must
+    also be positive).
     """
     path, floor = traj.watched
     collapsed = jnp.isinf(floor)
@@ -316,10 +317,9 @@ def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho) -> Array:
     mu = jnp.broadcast_to(X[0], beta_last.shape)
     depth = jnp.broadcast_to(jnp.asarray(depth), beta_last.shape[1:])
     rho = jnp.broadcast_to(jnp.asarray(rho, beta_last.dtype), beta_last.shape[1:])
+    eta = jnp.broadcast_to(jnp.asarray(eta, beta_last.dtype), beta_last.shape[1:])
     s = jnp.log(jnp.abs(beta_last)) / depth.astype(beta_last.dtype)
-    code, winner = jax.vmap(
-        lambda s, mu, L, r: closed.fate(s, mu, L, r, True), in_axes=(-1, -1, 0, 0)
-    )(s, mu, depth, rho)
+    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(s, mu, depth, rho, eta)
     at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
     settled = (
@@ -373,8 +373,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             plateau_fraction=setup.plateau_fraction,
             path=traj.watched[0],
             major=major,
-            fate=_discrete_fate(setup, traj, X, y, depth, rho),
-            collapse_by_records=True,
+            fate=_discrete_fate(setup, traj, X, y, depth, rho, eta),
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)

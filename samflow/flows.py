@@ -589,7 +589,7 @@ def _formulated(theta0, problem, depth, rho, rule, form):
         if closed.fate is not None:
 
             def certify(y):
-                return closed.fate(y, mu, field_depth, c * rho, False)
+                return closed.fate(y, mu, field_depth, c * rho)
 
     elif problem.X.shape[0] == 1:
         y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)

@@ -129,14 +129,14 @@ class BalancedFlow:
     the solver integrates ``y = log u`` (``formulation = "log"``) or ``y = u``
     (``"linf"``) with ``field(tau, y, (mu, depth, rho)) -> dy/dtau``.
 
-    ``fate(y, mu, depth, rho, discrete) -> (code, winner)`` (optional) is the rule's
-    *certificate* (docs/theory.md, "Labels of the limit"): a condition on the state
-    ``y`` ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code
-    (``OPEN``: nothing certified; ``LEADS``: coordinate ``winner`` (1-based), once it
-    leads, leads for ever; ``COLLAPSE``: beta tends to 0; ``FINITE``: beta tends to a
-    finite nonzero point). ``discrete`` (static) asks whether it also holds for the
-    discrete balanced step (:mod:`samflow.balanced`) with any step size, where only
-    what is proven for the map is returned.
+    ``fate(y, mu, depth, rho, eta=None) -> (code, winner)`` (optional) is the rule's
+    *certificate* (docs/theory.md §6.1): a condition on the state ``y`` ``[d]`` that
+    provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
+    certified; ``LEADS``: coordinate ``winner`` (1-based), once it leads, leads for
+    ever; ``COLLAPSE``: beta tends to 0, or for a discrete run stays in a ball around 0
+    set by the step; ``FINITE``: beta tends to a finite nonzero point). ``eta`` (a
+    step size) asks for the discrete balanced step (:mod:`samflow.balanced`) of the
+    logistic loss instead of the flow: only what is proven for that map is returned.
     """
 
     formulation: str
@@ -152,7 +152,10 @@ class BalancedFlow:
         return jnp.exp(y) if self.formulation == "log" else y
 
 
-def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
+def _log_form(
+    log_c: Callable[[Array, Array, Array], Array],
+    step_collapse: Callable[[Array, Array, Array], Array] | None = None,
+) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
     Derivation (docs/theory.md §3): with ``m_j = mu_j u_j^(L-1)`` and
@@ -160,6 +163,8 @@ def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
     ``r_j = rho mu_j u_j^(L-2) c``, so ``du_j/dtau = mu_j w~_j^(L-1)`` gives
     ``ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1)`` for ``s = log u``. ``log_c(log_mu,
     s, L)`` is the rule's ``log c``; every power is taken in log space.
+    ``step_collapse(mu, rho, eta)``: where the discrete step keeps a shrinking run near
+    0 (see ``fate``); None: never certified.
     """
 
     def field(tau, s, args):
@@ -173,9 +178,9 @@ def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
         r = jnp.exp(jnp.log(rho) + log_mu + lift + log_c(log_mu, s, L))
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
-    def fate(s, mu, depth, rho, discrete):
-        """Certificate of the log form (docs/theory.md, "Certificates"), for the rules
-        whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
+    def fate(s, mu, depth, rho, eta=None):
+        """Certificate of the log form (docs/theory.md §6.1), for the rules whose ``c``
+        does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
         ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
 
         L = 1: the field is ``mu`` whatever the perturbation, so the major, once it
@@ -185,19 +190,20 @@ def _log_form(log_c: Callable[[Array, Array, Array], Array]) -> BalancedFlow:
         every ``u_j`` grows, ``c`` does not grow, and the region is never left; in it
         the rates are ordered as mu, so ``u_major / u_j`` never falls: LEADS, winner the
         major. The discrete balanced step multiplies ``u_j`` by ``1 + h g_j``
-        (``h = eta |l'|``): with every ``g_j > 0`` the same argument holds for any
-        step. ``rho c mu_min > 1`` (flows only): every ``g_j < 0``, every ``u_j`` falls,
-        ``c`` does not fall, and beta tends to 0 (in finite time for l2-SAM): COLLAPSE.
+        (``h = eta |l'| <= eta``): with every ``g_j > 0`` the same argument holds for any
+        step. ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
+        fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
+        the discrete step only where ``step_collapse`` proves it stays near 0.
         L >= 3: OPEN (the blow-up or collapse event decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
-        log_mu = jnp.log(mu)
-        c = jnp.exp(log_c(log_mu, s, L))
+        c = jnp.exp(log_c(jnp.log(mu), s, L))
         top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
         region = rho * c * jnp.sum(top2) < 1
         shrink = rho * c * jnp.min(mu) > 1
-        below = _fate.OPEN if discrete else jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN)
-        at_two = jnp.where(region, _fate.LEADS, below)
+        if eta is not None:
+            shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
+        at_two = jnp.where(region, _fate.LEADS, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
         code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, _fate.OPEN))
         return code.astype(jnp.int32), (jnp.argmax(mu) + 1).astype(jnp.int32)
 
@@ -211,6 +217,29 @@ def _gd_log_c(log_mu, s, L):
 def _l2_log_c(log_mu, s, L):
     # c = 1 / ||m||_2, ||m||_2^2 = L sum_k mu_k^2 u_k^(2L-2), by logsumexp.
     return -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
+
+
+def _l2_step_collapse(mu, rho, eta):
+    """Where the discrete l2-SAM step at L = 2 keeps ``N = ||m||_2 < rho mu_1`` for ever
+    (derived here). There every factor ``1 + h mu_j (1 - rho mu_j / N)`` of ``u_j`` is
+    below 1, and above -1 while ``N > h rho mu_j^2 / (2 + h mu_j)``: in that band ``N``
+    falls. Below it, ``|factor_j| <= 1 + h mu_j + h rho mu_j^2 / N`` and
+    ``mu_j |u_j| <= N / sqrt 2`` give ``N' <= (1 + h mu_d) N + h rho mu_d^2 <= B =
+    h rho mu_d^2 (1 + (1 + h mu_d) / (2 + h mu_d))``. So with ``B < rho mu_1`` the set
+    ``N < rho mu_1`` is never left and beta stays within ``N^2 / (2 mu_j^2)`` of 0; ``B``
+    grows with ``h <= eta`` (``|l'| <= 1``), so the bound at ``eta`` covers every step."""
+    a, lo = jnp.max(mu), jnp.min(mu)
+    return eta * a * a * (1 + (1 + eta * a) / (2 + eta * a)) < lo
+
+
+def _usam_step_collapse(mu, rho, eta):
+    """Where the discrete USAM step at L = 2 shrinks every ``|u_j|`` for ever (derived
+    here): with ``rho c mu_1 > 1`` each factor ``1 + h mu_j (1 - rho c mu_j)`` is below 1,
+    and above -1 when ``h mu_j (rho c mu_j - 1) < 2``; ``c = sigmoid(-z) <= 1/2`` (``z >=
+    0``), so ``eta mu_d (rho mu_d / 2 - 1) < 2`` suffices. Then ``z`` falls, ``c`` rises,
+    the factors stay in (-1, 1) and beta tends to 0."""
+    a = jnp.max(mu)
+    return eta * a * (rho * a / 2 - 1) < 2
 
 
 def _usam_log_c(log_mu, s, L):
@@ -230,7 +259,7 @@ def _linf_field(tau, u, args):
     return jnp.where(grows, mu * signed_int_pow(u - rho, depth - 1), 0.0)
 
 
-def _linf_fate(u, mu, depth, rho, discrete):
+def _linf_fate(u, mu, depth, rho, eta=None):
     """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory.md, "Certificates").
 
     L = 1: the field is ``mu``: LEADS, winner the major. Otherwise the excess
@@ -259,7 +288,7 @@ def _linf_fate(u, mu, depth, rho, discrete):
     even = jnp.where(at_most, lower, _fate.OPEN)
     deep = jnp.where(depth % 2 == 1, odd, even)
     flow = jnp.where(depth == 2, two, deep)
-    code = jnp.where(depth == 1, _fate.LEADS, _fate.OPEN if discrete else flow)
+    code = jnp.where(depth == 1, _fate.LEADS, _fate.OPEN if eta is not None else flow)
     winner = jnp.where(depth == 1, jnp.argmax(mu) + 1, winner)
     return code.astype(jnp.int32), winner.astype(jnp.int32)
 
@@ -430,7 +459,11 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
 
 GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
 SAM_L2 = PerturbationRule(
-    "sam-l2", _l2_direction, True, _log_form(_l2_log_c), layers_alike=_l2_alike
+    "sam-l2",
+    _l2_direction,
+    True,
+    _log_form(_l2_log_c, _l2_step_collapse),
+    layers_alike=_l2_alike,
 )
 SAM_LINF = PerturbationRule(
     "sam-linf",
@@ -440,7 +473,11 @@ SAM_LINF = PerturbationRule(
     layers_alike=_linf_alike,
 )
 USAM = PerturbationRule(
-    "usam", _usam_direction, False, _log_form(_usam_log_c), layers_alike=_usam_alike
+    "usam",
+    _usam_direction,
+    False,
+    _log_form(_usam_log_c, _usam_step_collapse),
+    layers_alike=_usam_alike,
 )
 
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}

@@ -157,7 +157,8 @@ def _l2_flow_l2(alpha, rho, tau):
         N = np.sqrt(2 * np.sum(mu**2 * np.exp(2 * s)))
         return mu * (1 - rho * mu / N)
 
-    sol = solve_ivp(f, (0, tau), np.log(alpha), rtol=1e-11, atol=1e-12, dense_output=True)
+    s0 = np.log(np.full(len(MU), alpha))
+    sol = solve_ivp(f, (0, tau), s0, rtol=1e-11, atol=1e-12, dense_output=True)
     return sol
 
 
