@@ -79,9 +79,13 @@ def summarize(
     *,
     major,
     max_leaders=8,
+    fate=0,
+    collapse_by_records=False,
 ):
     """docs/theory.md §6 for one trajectory ``beta`` ``[T, d]``, by plain loops, with the
-    leader path read from the records and ``major`` the major coordinate (1-based).
+    leader path read from the records, ``major`` the major coordinate (1-based) and
+    ``fate`` what decided the run (0 open, 1 settled, 2 collapse, 3 finite, 4 blow-up:
+    docs/theory.md §6.1; a regime only where it is decided).
 
     Returns the same names as ``samflow.regimes.summarize`` (per-record ``dominant``).
     """
@@ -108,10 +112,12 @@ def summarize(
     major_leads = path.count(major)
     if failed:
         regime = -1
-    elif later and normT < collapse_factor * norm0:
+    elif fate == 2 or (collapse_by_records and later and normT < collapse_factor * norm0):
         regime = 1
-    elif not path or normT < norm0:
-        regime = 0
+    elif fate == 3:
+        regime = 7  # finite
+    elif fate not in (1, 4) or not path:
+        regime = 0  # unresolved: not decided, or no leader
     elif path == [major]:
         regime = 3  # direct
     elif path[-1] == major and major_leads == 1:
@@ -126,16 +132,28 @@ def summarize(
     converged = bool(later) and bool(before)
     if converged:
         converged = np.abs(beta[horizon] - beta[before[-1]]).sum() / normT < 1e-9
+    if regime != 0:
+        reason = 0
+    elif not path:
+        reason = 4  # no leader
+    elif converged:
+        reason = 3  # slowing
+    elif normT < norm0:
+        reason = 2  # shrinking
+    else:
+        reason = 1  # growing
     if regime == 1:
         limit = 0
     elif regime == -1:
         limit = -1
-    elif converged and loss[horizon] == 0:
-        limit = -3  # stalled: the loss underflowed, nothing moves
-    elif converged:
+    elif regime == 7:
         limit = -2
     elif not path:
         limit = -4  # no coordinate ever led
+    elif regime == 0 and converged and loss[horizon] == 0:
+        limit = -3  # stalled: the loss underflowed, nothing moves
+    elif regime == 0:
+        limit = -5  # not decided
     else:
         limit = path[-1]
     takeover = np.full(d, np.nan)
@@ -146,6 +164,8 @@ def summarize(
     kept = path if len(path) <= max_leaders else path[: max_leaders - 1] + path[-1:]
     return {
         "regime": regime,
+        "unresolved_reason": reason,
+        "stop_leader": path[-1] if path else 0,
         "limit_coord": limit,
         "first_amplified": path[0] if path else 0,
         "dominant": np.array(D),

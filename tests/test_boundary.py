@@ -6,9 +6,9 @@ import pytest
 import xarray as xr
 
 import samflow
-from samflow.boundary import FAILURE, FOUND, NO_EDGE, SEVERAL
+from samflow.boundary import FAILURE, FOUND, NO_EDGE, UNDECIDED
 from samflow.cli import main
-from samflow.regimes import COLLAPSE, DIRECT
+from samflow.regimes import COLLAPSE, DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 from samflow.theory import l2sam_l2_direct_edge
 
 MU = [1.0, 2.0, 3.0, 4.0]
@@ -104,11 +104,13 @@ def test_a_failed_run_is_said():
         assert int(ds[f"why_nan_{kind}"]) == FAILURE and np.isnan(float(ds[f"alpha_{kind}"]))
 
 
-def test_several_direct_edges_at_depth_3(capsys):
-    """l2-SAM at L = 3, mu = (1, 2, 3, 4), rho = 0.1 is direct at the smallest alphas, not
-    direct between about 2e-3 and 0.1 (major lost, returned, sequential), and direct
-    again above: two direct edges, no collapse edge. Each edge found is checked against
-    the labels of independent runs just below and just above it."""
+def test_depth_3_edges_are_edges_of_the_limit(capsys):
+    """l2-SAM at L = 3, mu = (1, 2, 3, 4), rho = 0.1. Stopped at tau = 200 the runs below
+    alpha ~ 2.7e-3 looked direct (the major led up to the horizon) and gave a second,
+    lower "direct edge"; run to their blow-up they return (4 -> 3 -> 4), so the boundary,
+    which runs flows to their fate, finds one direct edge only, with returned and
+    sequential runs below it. The edge is checked against the labels of independent runs
+    just below and just above it, each run to its fate."""
     runner = samflow.Flow(tau_max=200.0, n_save=60)
     problem = dict(depth=3, mu=MU, rho=0.1, runner=runner)
     ds = samflow.boundary(
@@ -116,16 +118,33 @@ def test_several_direct_edges_at_depth_3(capsys):
     )
     shown = capsys.readouterr().err  # the progress bar, on stderr
     assert "scan" in shown and "bisect" in shown
-    assert int(ds["n_edges_direct"]) == 2
-    assert int(ds["why_nan_direct"]) == SEVERAL and np.isnan(float(ds["alpha_direct"]))
+    assert ds.attrs["tau_cap"] == 100 * 200.0
+    assert int(ds["n_edges_direct"]) == 1 and int(ds["why_nan_direct"]) == FOUND
     assert int(ds["n_edges_collapse"]) == 0 and int(ds["why_nan_collapse"]) == NO_EDGE
-    found = ds["alpha_direct_all"].values
-    assert np.isnan(found[2:]).all() and 1e-3 < found[0] < 0.01 < 0.05 < found[1] < 0.2
+    edge = float(ds["alpha_direct"])
+    assert 0.05 < edge < 0.2
     # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
     # the final bracket whatever the rounding
-    alphas = np.sort(np.concatenate([found[:2] * (1 - 1e-3), found[:2] * (1 + 1e-3)]))
-    regime = samflow.sweep("sam-l2", **problem, axes={"alpha": alphas})["regime"].values
-    np.testing.assert_array_equal(regime == DIRECT, [True, False, False, True])
+    alphas = np.array([1e-3, 2e-3, 1e-2, edge * (1 - 1e-3), edge * (1 + 1e-3)])
+    capped = samflow.Flow(tau_max=200.0, n_save=60, tau_cap=2e4)
+    regime = samflow.sweep("sam-l2", **{**problem, "runner": capped}, axes={"alpha": alphas})[
+        "regime"
+    ].values
+    assert (regime[:3] == RETURNED).all() and regime[3] == SEQUENTIAL and regime[4] == DIRECT
+    # The horizon alone leaves the small alphas unresolved, never direct.
+    short = samflow.sweep("sam-l2", **problem, axes={"alpha": alphas[:2]})["regime"].values
+    assert (short == UNRESOLVED).all()
+
+
+def test_an_undecided_run_is_said():
+    """A cap too short to decide the runs near the collapse edge of L = 4 (they shrink
+    slowly for thousands of tau): no edge is reported across them, and the reason says
+    why."""
+    runner = samflow.Flow(tau_max=20.0, n_save=20, tau_cap=40.0)
+    ds = samflow.boundary(
+        "sam-l2", depth=4, mu=MU, rho=0.1, axes={}, runner=runner, alpha_range=(0.01, 0.05)
+    )
+    assert int(ds["why_nan_collapse"]) == UNDECIDED and np.isnan(float(ds["alpha_collapse"]))
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from runs import record_schedule, run_discrete, save_times, solve_flow
 from scipy.integrate import solve_ivp
 
 from samflow import theory
+from samflow.fate import SETTLED
 from samflow.init import balanced, random_scales
 from samflow.model import single_point
 from samflow.precision import precision
@@ -94,7 +95,7 @@ def _classified(method, alpha, tau_max=60.0):
     rho = None if method == "gd" else 1.0  # gd takes no rho
     sol = solve_flow(P, balanced(alpha, 4, 2), 2, method, rho, save_times(tau_max, 120))
     with precision("float64"):
-        return _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
+        return _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate)
 
 
 def test_phenomena_three_regimes_and_gd():
@@ -119,7 +120,7 @@ def test_linf_limit_index_matches_closed_form():
         alpha = random_scales(seed, 4, 0.2, 1.2, log_uniform=False)
         sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
         with precision("float64"):
-            c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
+            c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate)
         assert int(c.limit_coord) == theory.linf_limit_index(alpha, MU, rho), (seed, alpha)
 
 
@@ -163,17 +164,17 @@ def test_blowup_limit_is_read_at_the_event():
     expected = int(np.argmin(theory.blowup_tau(alpha, MU, 3))) + 1
     assert sol.blowup and int(sol.path.lead) == expected
     with precision("float64"):
-        c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path)
+        c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate)
     assert int(c.limit_coord) == expected
 
 
 def test_exact_ties_have_no_dominant_coordinate():
     beta = np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [2.0, 3.0, 2.5]])
     with precision("float64"):
-        c = _classify(beta, major=3)
+        c = _classify(beta, major=3, fate=SETTLED)  # a run its fate decided
         assert np.asarray(c.dominant).tolist() == [0, 0, 2]
         assert int(c.first_amplified) == 2 and int(c.regime) == MINOR_END
-        assert int(_classify(beta[:2], major=3).regime) == 0  # never resolved: all tied
+        assert int(_classify(beta[:2], major=3, fate=SETTLED).regime) == 0  # no leader: all tied
 
 
 def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
@@ -184,7 +185,12 @@ def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
     assert np.all(np.isfinite(np.abs(sol.beta[sol.valid]).sum(axis=1)))
     with precision("float64"):
         assert (
-            int(_classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path).regime) == DIRECT
+            int(
+                _classify(
+                    sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate
+                ).regime
+            )
+            == DIRECT
         )
 
 

@@ -53,6 +53,8 @@ def random_trajectories(n: int, T: int, d: int, seed: int = 0):
 FIELDS = (
     "regime",
     "limit_coord",
+    "unresolved_reason",
+    "stop_leader",
     "first_amplified",
     "dominant",
     "n_handoffs",
@@ -70,6 +72,7 @@ def test_batched_summaries_match_the_reference_loop(d):
     n, T = 240, 12
     beta, tau, loss, valid, failed = random_trajectories(n, T, d, seed=d)
     major = 1 + np.arange(n) % d  # every coordinate is the major of some (kind 7 uses it)
+    fate = np.random.default_rng(d).integers(0, 5, n)  # every code of samflow.fate
     with precision("float64"):
         # Batch-last, as a discrete sweep tile: [T, d, n], [T, n], [n].
         got = summarize(
@@ -80,6 +83,8 @@ def test_batched_summaries_match_the_reference_loop(d):
             failed,
             plateau_fraction=0.7,
             major=major,
+            fate=fate,
+            collapse_by_records=True,
         )
         got = {k: np.moveaxis(np.asarray(v), -1, 0) for k, v in got.items()}
     regimes = set()
@@ -93,6 +98,8 @@ def test_batched_summaries_match_the_reference_loop(d):
             plateau_fraction=0.7,
             major=major[i],
             max_leaders=MAX_LEADERS,
+            fate=fate[i],
+            collapse_by_records=True,
         )
         regimes.add(want["regime"])
         for name in FIELDS:
