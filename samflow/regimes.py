@@ -393,11 +393,11 @@ def finish(
             regime == COLLAPSE,
             regime == FAILED,
             regime == FINITE,
-            path.lead == 0,
             open_ & converged & (loss_T == 0),
+            path.lead == 0,
             open_,
         ],
-        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_NONE, LIMIT_STALLED, LIMIT_OPEN],
+        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE, LIMIT_OPEN],
         path.lead,
     )
     safe = jnp.where(normT > 0, normT, 1.0)

@@ -148,10 +148,10 @@ def summarize(
         limit = -1
     elif regime == 7:
         limit = -2
-    elif not path:
-        limit = -4  # no coordinate ever led
     elif regime == 0 and converged and loss[horizon] == 0:
         limit = -3  # stalled: the loss underflowed, nothing moves
+    elif not path:
+        limit = -4  # no coordinate ever led
     elif regime == 0:
         limit = -5  # not decided
     else:

@@ -72,7 +72,8 @@ def test_batched_summaries_match_the_reference_loop(d):
     n, T = 240, 12
     beta, tau, loss, valid, failed = random_trajectories(n, T, d, seed=d)
     major = 1 + np.arange(n) % d  # every coordinate is the major of some (kind 7 uses it)
-    fate = np.random.default_rng(d).integers(0, 5, n)  # every code of samflow.fate
+    # every code of samflow.fate, settled (the path names the regime) most often
+    fate = np.random.default_rng(d).choice([0, 1, 1, 1, 1, 2, 3, 4], n)
     with precision("float64"):
         # Batch-last, as a discrete sweep tile: [T, d, n], [T, n], [n].
         got = summarize(

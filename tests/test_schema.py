@@ -157,7 +157,8 @@ def test_check_finds_each_kind_of_departure():
         {"time": np.arange(3), "coord": [1, 2], "loss": np.ones(3)},
         attrs={"method": "gd", "dtype": "float64"},
     )
-    missing = ("regime", "limit_coord", "dominant", "layer", "tau", "beta", "theta_final")
+    missing = ("regime", "limit_coord", "unresolved_reason", "stop_leader", "dominant")
+    missing += ("layer", "tau", "beta", "theta_final")
     missing += ("reached", "theta0", "handoff", "leader_path", "handoff_tau", "n_leaders")
     missing_attrs = ("mode", "collapse_factor", "regime_meaning", "first_amplified")
     missing_attrs += ("underflow_at_start",)
