@@ -91,6 +91,7 @@ REGIME_COLOURS = {
     4: "#EE99AA",  # returned
     5: "#997700",  # major_lost
     6: "#6699CC",  # minor_end
+    7: "#228833",  # finite (Tol's green: a limit, not a path)
 }
 REGIME_NAMES = NAMES
 AXIS_SYMBOLS = {
