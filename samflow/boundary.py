@@ -264,13 +264,13 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
 def figure(ds: xr.Dataset):
     """Every edge against the first grid axis (log-log), other axes at their first value.
 
-    For balanced l2-SAM at L = 2 on one point the exact sequential/direct edge of
-    docs/theory.md §4.4 is drawn beside the measured one.
+    For balanced l2-SAM on one point the closed-form sequential/direct edge of
+    docs/theory.md §4.4 (L = 2) and §4.4b (any L >= 2) is drawn beside the measured one.
     """
     import matplotlib.pyplot as plt
 
     from samflow.plotting import axis_label, is_log_axis
-    from samflow.theory import l2sam_l2_direct_edge
+    from samflow.theory import l2sam_direct_edge
 
     names = [a for a in ds.attrs.get("axes", "").split() if a]
     if not names:
@@ -295,15 +295,16 @@ def figure(ds: xr.Dataset):
                     label=label if k == 0 else None,
                 )
     a = ds.attrs
-    if x == "rho" and a.get("method") == "sam-l2" and a.get("depth") == 2 and "mu" in a:
-        exact = [l2sam_l2_direct_edge(a["mu"], r) for r in xs]
+    depth = a.get("depth") or 0  # None (or absent) where depth is a grid axis
+    if x == "rho" and a.get("method") == "sam-l2" and depth >= 2 and "mu" in a:
+        exact = [l2sam_direct_edge(a["mu"], r, int(depth)) for r in xs]
         ax.plot(
             xs,
             exact,
             color="black",
             ls=":",
             lw=1.5,
-            label=r"exact: $\rho(\mu_d+\mu_{d-1})/(\sqrt{2}\|\mu\|)$",
+            label=rf"closed form $\rho M^*/(\sqrt{{{int(depth)}}}\|\mu\|)$ (theory §4.4b)",
         )
     ax.set_yscale("log")
     if is_log_axis(xs):

@@ -407,40 +407,111 @@ def _to_theta(y, formulation, n_layers, depth):
     return rows * u[..., None, :] + (1 - rows)
 
 
+NEWTON_CROSSING = 6
+"""Newton iterations on the cubic Hermite interpolant that refine each hand-off time
+inside a solver step (:func:`step_path`), from the linear crossing."""
+
+
+def _hermite_crossing(d0, d1, m0, m1, x_lin, lo):
+    """The largest root in ``[lo, 1]`` of the cubic Hermite ``D(x)`` on ``x in [0, 1]``
+    with ``D(0) = d0``, ``D(1) = d1 >= 0``, ``D'(0) = m0``, ``D'(1) = m1``.
+
+    Where ``D(lo) < 0`` the root is bracketed by ``[lo, 1]``: Newton from the linear
+    crossing ``x_lin``, the bracket updated by the sign of ``D`` at every iterate and a
+    bisection wherever a step would leave it. Where ``D(lo) >= 0`` (a tie at ``lo``, as
+    at a uniform start, where ``D(x) = x (m0 + c2 x + c3 x^2)``): with ``y = x - lo``,
+    ``D = D(lo) + y (D'(lo) + y D''(lo)/2 + c3 y^2)``, so Newton starts from the positive
+    root of that quadratic (exact for ``D(lo) = 0``); without one below 1 the lead
+    passes at ``lo``. Falls back to ``x_lin`` where the result is not finite.
+    """
+    # D(x) = c0 + c1 x + c2 x^2 + c3 x^3 (the Hermite basis in powers of x)
+    c0, c1 = d0, m0
+    c2 = 3.0 * (d1 - d0) - 2.0 * m0 - m1
+    c3 = 2.0 * (d0 - d1) + m0 + m1
+
+    def value(x):
+        return ((c3 * x + c2) * x + c1) * x + c0
+
+    def slope(x):
+        return (3.0 * c3 * x + 2.0 * c2) * x + c1
+
+    v_lo = value(lo)
+    tied = v_lo >= 0
+    # the tie: positive root y of A + B y + C y^2, in the form that does not cancel
+    A, B, C = slope(lo), 3.0 * c3 * lo + c2, c3
+    disc = jnp.sqrt(jnp.maximum(B * B - 4.0 * A * C, 0.0))
+    y = -2.0 * A / (B + disc)
+    y = jnp.where((A < 0) & (B * B - 4.0 * A * C >= 0) & (B + disc > 0), y, 0.0)
+    x = jnp.where(tied, jnp.clip(lo + y, lo, 1.0), jnp.clip(x_lin, lo, 1.0))
+    a, b = lo, jnp.ones_like(lo)
+    for _ in range(NEWTON_CROSSING):
+        v, g = value(x), slope(x)
+        a, b = jnp.where(v < 0, x, a), jnp.where(v < 0, b, x)
+        step = x - v / jnp.where(g != 0, g, 1.0)
+        inside = (step >= a) & (step <= b) & (g != 0)
+        x = jnp.where(inside, step, 0.5 * (a + b))
+    x = jnp.where(tied & (y == 0), lo, x)
+    return jnp.where(jnp.isfinite(x), jnp.clip(x, lo, 1.0), x_lin)
+
+
 def step_path(
-    path: LeaderPath, l0: Array, l1: Array, t0: Array, t1: Array, major: Array
+    path: LeaderPath,
+    l0: Array,
+    l1: Array,
+    t0: Array,
+    t1: Array,
+    major: Array,
+    r0: Array | None = None,
+    r1: Array | None = None,
 ) -> LeaderPath:
     """``path`` after a solver step from ``t0`` to ``t1`` with ``log |beta|`` ``[d]`` going
-    from ``l0`` to ``l1``.
+    from ``l0`` to ``l1`` at rates ``r0``, ``r1`` (``d log |beta| / dt`` at both ends).
 
-    Inside the step ``log |beta_j|`` is taken linear in tau, so the leaders along it are
-    the upper envelope of ``d`` lines: from the current leader, the next is the line that
-    crosses it first, and so on (each has a larger slope than the last, so at most
-    ``d - 1`` crossings). A hand-off is placed where the lines cross; the error is that of
-    the linear interpolation over one accepted step (second order in its length). A
-    path without a leader yet (a tie at the start) takes the leader at ``t1``, as does
-    one whose envelope disagrees with ``l1`` in the last bit.
+    Which leaders take over inside the step: ``log |beta_j|`` taken linear in tau, the
+    leaders along it are the upper envelope of ``d`` lines: from the current leader,
+    the next is the line that crosses it first, and so on (each has a larger slope than
+    the last, so at most ``d - 1`` crossings). When: each crossing is refined on the
+    cubic Hermite interpolant of the difference of the two ``log |beta|`` (values and
+    rates at both ends, :func:`_hermite_crossing`), an error fourth order in the step
+    length instead of the line's second order (docs/theory.md §6); without rates the
+    line's crossing is kept. Refined times never go back: each is at least the one
+    before it in the step. A path without a leader yet (a tie at the start) takes the
+    leader at ``t1``, as does one whose envelope disagrees with ``l1`` in the last bit.
     """
     d = l0.shape[0]
     slope = l1 - l0
     finite = jnp.all(jnp.isfinite(l0) & jnp.isfinite(l1))
 
-    def cross(_, carry):
-        path, s = carry
-        a = jnp.maximum(path.lead - 1, 0)
+    def cross(carry, _):
+        lead, s = carry
+        a = jnp.maximum(lead - 1, 0)
         gain = slope - slope[a]
         at = jnp.where(gain > 0, (l0[a] - l0) / jnp.where(gain > 0, gain, 1.0), jnp.inf)
-        at = jnp.where((at >= s) & (path.lead > 0) & finite, at, jnp.inf)
+        at = jnp.where((at >= s) & (lead > 0) & finite, at, jnp.inf)
         j = jnp.argmin(at)
         hit = at[j] <= 1
         new = jnp.where(hit, j + 1, 0).astype(jnp.int32)
-        path = path_enter(path, new, t0 + at[j] * (t1 - t0), -1, major)
-        return path, jnp.where(hit, at[j], s)
+        x = jnp.where(hit, at[j], s)
+        return (jnp.where(hit, new, lead), x), (new, a, j, s, x)
 
-    # Written out for a few coordinates: a loop in every solver step costs more than
-    # its d - 1 small bodies.
-    carry = (path, jnp.zeros((), l0.dtype))
-    path, _ = jax.lax.fori_loop(0, d - 1, cross, carry, unroll=d <= UNROLL_PATH)
+    # First the envelope's crossings (cheap, one after another), then every crossing
+    # refined at once, then the path. Written out for a few coordinates: a loop in
+    # every solver step costs more than its d - 1 small bodies.
+    carry = (path.lead, jnp.zeros((), l0.dtype))
+    _, (new, a, j, lo, x) = jax.lax.scan(cross, carry, None, length=d - 1, unroll=d <= UNROLL_PATH)
+    if r0 is not None and r1 is not None:
+        h = t1 - t0
+
+        def refine():
+            refined = _hermite_crossing(
+                l0[j] - l0[a], l1[j] - l1[a], h * (r0[j] - r0[a]), h * (r1[j] - r1[a]), x, lo
+            )
+            return jax.lax.cummax(jnp.where(new > 0, refined, 0.0))
+
+        # Most steps hand nothing over: a vmapped solve refines only where one does.
+        x = jax.lax.cond(eqxi.unvmap_any(jnp.any(new > 0)), refine, lambda: x)
+    for k in range(d - 1):
+        path = path_enter(path, new[k], t0 + x[k] * (t1 - t0), -1, major)
     return path_enter(path, jnp.where(finite, top(l1), 0), t1, -1, major)
 
 
@@ -452,12 +523,19 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
     steps ``inner`` accepts, and the last accepted step ``(t0, t1, log max|beta|`` at
     both ends), which places a stopping event inside it; ``SaveAt(controller_state=
     True)`` hands them back. ``level`` maps a solver state to ``log |beta|`` ``[d]``.
+
+    With ``field`` (the solve's vector field, ``field(t, y, args)``) the hand-offs are
+    refined on a cubic in each step: the rate ``d log |beta| / dt`` of a state is the
+    field pushed through ``level`` (a jvp), evaluated once per step attempt at its end
+    point and kept, for the accepted end point, beside the inner controller's state
+    (the next step starts there). Without it, the linear crossings.
     """
 
     inner: diffrax.PIDController
     path0: LeaderPath
     major: Array
     level: Callable = eqx.field(static=True)
+    field: Callable | None = eqx.field(static=True, default=None)
 
     @property
     def rtol(self):
@@ -474,23 +552,31 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
     def wrap(self, direction):
         return eqx.tree_at(lambda c: c.inner, self, self.inner.wrap(direction))
 
+    def _rate(self, t, y, args):
+        """``d log |beta| / dt`` ``[d]`` at state ``y`` (None without a field)."""
+        if self.field is None:
+            return None
+        return jax.jvp(self.level, (y,), (self.field(t, y, args),))[1]
+
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
         level = jnp.max(self.level(y0))
-        return tnext, (state, self.path0, (t0, t0, level, level))
+        # The rate rides with the inner state: the last item is the step _stop reads.
+        return tnext, ((state, self._rate(t0, y0, args)), self.path0, (t0, t0, level, level))
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
-        inner_state, path, last = state
+        (inner_state, r0), path, last = state
         keep, tprev, tnext, jump, inner_state, result = self.inner.adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, inner_state
         )
         l0, l1 = self.level(y0), self.level(y1_candidate)
-        moved = step_path(path, l0, l1, t0, t1, self.major)
+        r1 = self._rate(t1, y1_candidate, args)
+        moved = step_path(path, l0, l1, t0, t1, self.major, r0, r1)
         step = (t0, t1, jnp.max(l0), jnp.max(l1))
-        path, last = jax.tree_util.tree_map(
-            lambda a, b: jnp.where(keep, a, b), (moved, step), (path, last)
+        path, last, r0 = jax.tree_util.tree_map(
+            lambda a, b: jnp.where(keep, a, b), (moved, step, r1), (path, last, r0)
         )
-        return keep, tprev, tnext, jump, (inner_state, path, last), result
+        return keep, tprev, tnext, jump, ((inner_state, r0), path, last), result
 
 
 def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond_fn):
@@ -523,7 +609,7 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
             y0=y0,
             args=args,
             saveat=saveat,
-            stepsize_controller=LeaderWatch(pid, path0, major, log_beta),
+            stepsize_controller=LeaderWatch(pid, path0, major, log_beta, field),
             # No root-find: near a singularity the interpolant is too steep for Newton to
             # converge, and the adaptive steps there are already tiny, so the end of the
             # step in which the level is crossed locates the event to well within 1e-6

@@ -149,19 +149,103 @@ def l2sam_l2_direct_edge(mu, rho: float) -> float:
     ``mu_(d) > mu_(d-1)`` the two largest entries (0.9037 for mu = (1, 2, 3, 4),
     rho = 1). It is linear in rho: at L = 2 the flow depends on alpha / rho only.
     A classifier that sees recorded times only can call points just below it direct
-    (their non-major lead ends before the first record).
+    (their non-major lead ends before the first record). The depth-2 case of
+    :func:`l2sam_direct_edge`.
 
     Args:
         mu: ``[d]`` the data point, every entry > 0, d >= 2, largest entry unique.
         rho: the SAM radius, >= 0.
     """
+    return l2sam_direct_edge(mu, rho, 2)
+
+
+def _top_two(mu) -> tuple[float, float, float]:
+    """The largest and second largest entries of a checked ``mu`` and its l2 norm."""
     mu = np.asarray(mu, dtype=np.float64)
     if mu.ndim != 1 or mu.size < 2 or not np.all(np.isfinite(mu)) or np.any(mu <= 0):
         raise ValueError(f"mu must be a vector of d >= 2 finite entries > 0, got {mu}")
     top, second = np.sort(mu)[::-1][:2]
     if top == second:
         raise ValueError("the largest entry of mu must be unique (a tie has no major coordinate)")
-    return float(rho * (top + second) / (np.sqrt(2.0) * np.linalg.norm(mu)))
+    return float(top), float(second), float(np.linalg.norm(mu))
+
+
+def _direct_edge_m(a: float, b: float, depth: int) -> float:
+    """``M* = (a^(1+q) - b^(1+q)) / (a^q - b^q)``, ``q = 1/(L-1)``, for ``a > b > 0``.
+
+    The root ``M > a`` of ``a (1 - a/M)^(L-1) = b (1 - b/M)^(L-1)`` (see
+    :func:`l2sam_direct_edge`). Written as ``a (1 - t^(1+q)) / (1 - t^q)`` with
+    ``t = b/a`` through ``expm1``, so that large L (q small) loses no digits:
+    ``a + b`` at L = 2, ``a + sqrt(a b) + b`` at L = 3, ``-> a L`` as ``b -> a``.
+    """
+    if depth == 2:
+        return a + b  # exact in floating point, as the L = 2 edge always was
+    q = 1.0 / (depth - 1)
+    log_t = np.log(b / a)
+    return float(a * np.expm1((1.0 + q) * log_t) / np.expm1(q * log_t))
+
+
+def l2sam_direct_edge(mu, rho: float, depth: int) -> float:
+    """The sequential/direct edge in uniform alpha of balanced l2-SAM on one point, any L.
+
+    Derivation (docs/theory.md §4.4b). From a uniform balanced start ``u = alpha`` the
+    state is ``u`` ``[d]``, ``beta = u^L``, and (docs/theory.md §3.1)
+
+        d log u_j / dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1),
+        r_j = rho mu_j u_j^(L-2) / N,   N = sqrt(L sum_k mu_k^2 u_k^(2L-2)).
+
+    At tau = 0, ``u = alpha``: ``N_0 = sqrt(L) alpha^(L-1) ||mu||_2``, so
+    ``r_j = mu_j / M`` with ``M = sqrt(L) alpha ||mu||_2 / rho``, and the growth rate of
+    every ``log |beta_j| = L log u_j`` is ``L alpha^(L-2) f(mu_j)`` with
+
+        f(x) = x (1 - x/M)^(L-1).
+
+    Every ``|beta_j(0)|`` is ``alpha^L`` (a tie), so the leader as tau -> 0+ is
+    ``argmax_j f(mu_j)``: the major ``d`` (``mu_d = a``, the unique largest) leads at
+    0+ iff ``f(a) > f(mu_j)`` for every ``j < d``.
+
+    1. *Unimodal.* ``f'(x) = (1 - x/M)^(L-2) (1 - L x / M)``: on ``[0, M]`` f rises to
+       its peak at ``M/L`` and falls to 0 at ``M``.
+    2. *The runner-up binds* (for ``M > a``): if ``f(a) > f(b)`` with ``b = mu_{d-1} <
+       a <= M``, then ``b < M/L`` (both on the falling side would give ``f(a) < f(b)``),
+       so every ``mu_j <= b`` has ``f(mu_j) <= f(b) < f(a)``.
+    3. *The edge.* For ``M > a`` both ``1 - x/M`` are positive, and taking (L-1)-th
+       roots, ``f(a) > f(b)`` iff ``h(a) > h(b)`` with ``h(x) = x^q (1 - x/M)``,
+       ``q = 1/(L-1)``: ``a^q - b^q > (a^(1+q) - b^(1+q)) / M``, i.e. ``M > M*`` with
+
+           M* = (a^(1+q) - b^(1+q)) / (a^q - b^q),
+
+       linear in ``1/M``, so one root and one side. ``M* > a`` (as ``a b^q > b^(1+q)``):
+       the root lies on the branch ``M > a``. At the tie ``b < M*/L < a`` (step 1), so
+       ``M* < a L``, the limit as ``b -> a``. L = 2: ``a + b``; L = 3:
+       ``a + sqrt(a b) + b`` (a difference of cubes in ``sqrt a``, ``sqrt b``).
+    4. *Other branch* ``M <= a`` (``r_d >= 1``): at even L ``f(a) <= 0 < f(x)`` for
+       ``x < M`` and f falls beyond M, so ``d`` never leads at 0+ there. At odd L
+       ``f >= 0`` rises again beyond ``M``, and ``d`` can lead at 0+ for small alpha
+       (every ``mu_j > M``): a lead at the start that is observed to be lost later
+       (docs/theory.md §5), which this edge does not describe.
+
+    So ``alpha* = rho M* / (sqrt(L) ||mu||_2)``: for ``alpha > alpha*`` the major leads
+    at tau = 0+, for ``alpha`` between ``rho a / (sqrt(L) ||mu||)`` and ``alpha*`` it
+    does not (the runner-up grows faster), and at ``alpha*`` the two tie at first order.
+
+    *What is proven*: leading at 0+ is necessary for a direct run, so no run with
+    ``a < M < M*`` is direct; at L = 2 it is also sufficient (docs/theory.md §4.4:
+    ``N`` only grows above the edge). *Observed* at L >= 3: above ``alpha*`` the major
+    keeps the lead (the upper direct edge of :func:`samflow.boundary.boundary` at
+    L = 2..6 equals ``alpha*`` to the bisection tolerance, ``tests/test_theory.py``).
+    For mu = (1, 2, 3, 4), rho = 0.1: 0.0904, 0.1103, 0.1272, 0.1422, 0.1557 at
+    L = 2..6. Linear in rho (docs/theory.md §4.6) and unchanged by ``mu -> s mu``.
+
+    Args:
+        mu: ``[d]`` the data point, every entry > 0, d >= 2, largest entry unique.
+        rho: the SAM radius, >= 0.
+        depth: L >= 2 (at L = 1 the perturbation does not change the field: no edge).
+    """
+    if int(depth) != depth or depth < 2:
+        raise ValueError(f"the direct edge needs an integer depth >= 2, got {depth}")
+    a, b, norm = _top_two(mu)
+    return float(rho * _direct_edge_m(a, b, int(depth)) / (np.sqrt(depth) * norm))
 
 
 def l2_max_margin_direction(mu) -> np.ndarray:

@@ -8,6 +8,8 @@ the flow blows up in finite time (white: after the blow-up; the black curve is t
 measured blow-up time). The strip right of each panel is the coordinate that wins:
 the one that blows up (read at ``tau = (1 - 1e-5) tau*`` from a rerun in time relative
 to the blow-up, ``_engine.up_to_blowup``), else the leader at the horizon tau = 40.
+Dashed (L >= 2): the closed-form edge ``alpha*(L)`` of docs/theory.md §4.4b, above
+which the major coordinate leads from tau = 0+ (``samflow.theory.l2sam_direct_edge``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from samflow.plotting import (
     save_figure_set,
 )
 from samflow.sweeps.axes import parse_axis
+from samflow.theory import l2sam_direct_edge
 
 RHO, TAU_MAX = 1.0, 40.0
 DEPTHS = (1, 2, 3, 4)
@@ -83,6 +86,17 @@ def draw(ds, codes, winner, blew):
         draw_categories(ax, codes[:, k, 1:], tau, alpha, colours)
         if blew[:, k].any():
             ax.plot(stop[blew[:, k], k], alpha[blew[:, k]], color="black", lw=1.5)
+        if L >= 2:  # the major leads from tau = 0+ above this (docs/theory.md §4.4b)
+            edge = l2sam_direct_edge(MU, RHO, int(L))
+            ax.axhline(edge, color="white", lw=2.6)
+            ax.axhline(edge, color="black", lw=1.2, ls="--")
+            ax.text(
+                tau[0] * 1.3,
+                edge * 1.05,
+                rf"$\alpha^*_{{{int(L)}}} = {edge:.3f}$",
+                fontsize=7.5,
+                bbox={"facecolor": "white", "alpha": 0.85, "lw": 0, "pad": 1},
+            )
         ax.set_title(f"L = {L}", fontsize=10)
         ax.set_xlabel(r"rescaled time $\tau$")
         draw_categories(strip, winner[:, k, None], [0.0], alpha, colours, xlog=False, ylog=True)
