@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from samflow.errors import InputError
 from samflow.layout import prod_rows, sum_rows
 
 
@@ -275,6 +276,40 @@ class Model:
     parametrization: str = "product"
     loss: str = "logistic"
 
+    def __post_init__(self) -> None:
+        """Refuse (``InputError`` naming the value) a parametrisation or loss that is not a
+        string of :data:`samflow.inputs.PARAMETRIZATIONS` / :data:`samflow.inputs.LOSSES`
+        (names are exact: ``"U2-V2"`` is refused, not read as another model)."""
+        from samflow.inputs import LOSSES, PARAMETRIZATIONS
+
+        for what, value, names in (
+            ("parametrization", self.parametrization, PARAMETRIZATIONS),
+            ("loss", self.loss, LOSSES),
+        ):
+            if not isinstance(value, str):
+                raise InputError(
+                    f"Model {what} must be a string, one of {', '.join(names)}; "
+                    f"got {value!r} ({type(value).__name__})"
+                )
+            if value not in names:
+                raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
+
+    def check_theta(self, theta, d: int | None = None) -> None:
+        """Refuse (``InputError`` naming the shape) parameters this model cannot take:
+        ``theta`` must be ``[rows, d]`` (``d`` the data's dimension when given), with
+        exactly 2 rows (u, v) for ``u2-v2`` and ``uv`` (a product takes any rows >= 1)."""
+        shape = tuple(np.shape(theta))
+        if len(shape) != 2 or shape[0] < 1 or (d is not None and shape[1] != d):
+            want = f"[rows, {d}]" if d is not None else "[rows, d]"
+            raise InputError(
+                f"theta of shape {shape}: the {self.parametrization} model wants {want}"
+            )
+        if self.parametrization != "product" and shape[0] != 2:
+            raise InputError(
+                f"theta of shape {shape}: the {self.parametrization} model has exactly 2 rows "
+                f"(u, v), got {shape[0]}"
+            )
+
     @property
     def default(self) -> bool:
         """The paper's model (product, logistic)."""
@@ -386,6 +421,7 @@ class Model:
         X, y = check_problem(data=(X, y), loss=self.loss)  # NumPy float64
 
         def value(theta: Array) -> Array:
+            self.check_theta(theta, X.shape[1])
             dt = theta.dtype
             return self.value(theta, Problem(jnp.asarray(X, dt), jnp.asarray(y, dt)))
 
