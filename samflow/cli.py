@@ -110,7 +110,7 @@ def _main(argv: list[str]) -> int:
         args.command_line = "samflow " + " ".join(argv)
         compile_cache.enable(getattr(args, "compile_cache", None))
         with _cpu_cores(), interruptible():
-            status = args.func(args)
+            status = _retried_without_cache(args)
     except (InputError, FileNotFoundError) as err:
         print(f"samflow: error: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -121,6 +121,33 @@ def _main(argv: list[str]) -> int:
         print("samflow: interrupted", file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+EXPECTED = (InputError, FileNotFoundError, RunFailure, OSError, MemoryError)
+"""Failures a command reports as its own (bad input, disk, network): never the cache's."""
+
+
+def _retried_without_cache(args: argparse.Namespace) -> int:
+    """``args.func(args)``; when it fails otherwise than :data:`EXPECTED` with the
+    persistent compile cache on, once more without the cache, saying so in one line
+    naming the folder (a cached program may be at fault; files are written atomically
+    and sweeps resume, so the second run picks up what the first finished)."""
+    try:
+        return args.func(args)
+    except EXPECTED:
+        raise
+    except Exception as err:
+        folder = compile_cache.folder_in_use()
+        if folder is None:
+            raise
+        print(
+            f"samflow: the run failed with the compile cache {folder} on "
+            f"({type(err).__name__}: {_one_line(err)}); retrying once without it, as "
+            f"--compile-cache {compile_cache.OFF} does",
+            file=sys.stderr,
+        )
+        compile_cache.turn_off()
+        return args.func(args)
 
 
 class _cpu_cores:

@@ -42,6 +42,15 @@ def check_output(path: str | os.PathLike, suffixes: tuple[str, ...] | None = Non
     return path
 
 
+def expand_user(path: str | os.PathLike, what: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; InputError naming it when
+    that user (or the home folder) does not exist."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError as err:  # "Could not determine home directory"
+        raise InputError(f"{what} {str(path)!r}: {err} (no such user?)") from None
+
+
 def check_folder(folder: str | os.PathLike, what: str | None = None) -> Path:
     """``folder`` exists as a writable folder or can be made; InputError otherwise."""
     if folder is None or str(folder).strip() == "":

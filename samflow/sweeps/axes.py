@@ -59,8 +59,7 @@ def make_axis(name: str, values, d: int | None = None) -> Axis:
     values = real_array(f"axis {name}", values)
     if values.ndim > 1:
         raise InputError(
-            f"axis {name} takes a flat list of values, got shape {values.shape}: "
-            f"{values.tolist()}"
+            f"axis {name} takes a flat list of values, got shape {values.shape}: {values.tolist()}"
         )
     values = values.reshape(-1)
     if values.size == 0:
