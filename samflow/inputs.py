@@ -34,7 +34,10 @@ LOSSES = ("logistic", "exponential", "squared")
 in {-1, +1}); ``squared`` (1/2)(<beta, x> - y)^2 with real y (docs/theory.md §10)."""
 MAX_HESSIAN = 512
 """Largest Hessian (``L_max * d`` rows) whose top eigenvalue a run solves exactly at
-every record (``sharpness``): the solve costs ``(L d)^3``."""
+every record (``sharpness``): the solve costs ``(L d)^3``. Compiling does not grow with
+``L`` (the curvature and the eigensolve are loops and cumulative products, not unrolled
+over layers): ``trajectory --depth 128 --mu 1,2,3,4 --sharpness`` compiled in 11 s and
+0.8 GiB peak (2026-12-05, 2-core machine)."""
 ACTIVE_THRESHOLD = 1e-3
 """``n_active`` counts the coordinates with ``|beta_j|`` above this (absolute) threshold."""
 

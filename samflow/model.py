@@ -18,7 +18,6 @@ point shared by the whole batch, whose contractions with ``beta`` are matrix pro
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -226,17 +225,30 @@ def major_coordinate(problem: Problem) -> int:
 def _pair_products(theta: Array) -> Array:
     """``B[l, k, j] = prod_{m != l, k} theta[m, j]`` for ``l != k`` and 0 on the diagonal,
     ``[L_max, d, *b] -> [L_max, L_max, d, *b]``: the second derivatives of the product
-    ``beta_j`` in layers ``l`` and ``k`` (unrolled over the small layer axis)."""
-    rows = list(theta)
-    L = len(rows)
-    zero = jnp.zeros_like(rows[0])
-    out = [[zero] * L for _ in range(L)]
-    for a in range(L):
-        for b in range(a + 1, L):
-            rest = [rows[m] for m in range(L) if m not in (a, b)]
-            p = functools.reduce(jnp.multiply, rest) if rest else jnp.ones_like(rows[0])
-            out[a][b] = out[b][a] = p
-    return jnp.stack([jnp.stack(r) for r in out])
+    ``beta_j`` in layers ``l`` and ``k``.
+
+    For ``l < k``: ``B[l, k] = P[l] * M[l, k] * S[k]`` with the exclusive prefix product
+    ``P[l] = prod_{m < l}``, the suffix product ``S[k] = prod_{m > k}`` and the middle
+    ``M[l, k] = prod_{l < m < k}``, an exclusive cumulative product along ``k`` of the
+    rows ``w_m`` for ``m > l`` (1 elsewhere); ``B`` is symmetric. No division (exact
+    where a weight is zero) and a program of fixed size: the former unrolled product
+    over every pair of layers had ``L^3 / 2`` operations, 1 M at L = 128, and compiling
+    it took 11 GB. The products are taken in another order than a left-to-right
+    product of the other layers: the same up to rounding.
+    """
+    L = theta.shape[0]
+    one = jnp.ones_like(theta[:1])
+    prefix = jnp.concatenate([one, jnp.cumprod(theta[:-1], axis=0)])  # prod_{m < l}
+    suffix = jnp.concatenate([jnp.cumprod(theta[:0:-1], axis=0)[::-1], one])  # prod_{m > k}
+    lk = (slice(None), slice(None), *(None,) * (theta.ndim - 1))
+    layer = jnp.arange(L)
+    after = (layer[None, :] > layer[:, None])[lk]  # [l, m]: m > l
+    rows = jnp.where(after, theta[None], 1)  # [l, m, d, *b]
+    ones = jnp.ones_like(rows[:, :1])
+    middle = jnp.concatenate([ones, jnp.cumprod(rows, axis=1)[:, :-1]], axis=1)
+    upper = prefix[:, None] * middle * suffix[None, :]
+    zero = jnp.zeros_like(upper)
+    return jnp.where(after, upper, zero) + jnp.where(after, upper, zero).swapaxes(0, 1)
 
 
 @dataclass(frozen=True)
