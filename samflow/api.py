@@ -99,7 +99,7 @@ def trajectory(
     summaries: bool | None = None,
     sharpness: bool = False,
     active_threshold: float = inputs.ACTIVE_THRESHOLD,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
@@ -123,9 +123,9 @@ def trajectory(
     with ``beta_star``, and with ``sharpness`` the Hessian's top eigenvalue
     ``sharpness(time)`` and ``hessian_trace(time)``.
 
-    ``seed`` keys the stochastic steps of a runner with ``batch``, ``m`` or
+    ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
     ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §12); a deterministic run
-    ignores it.
+    refuses it (``InputError``: it would change nothing).
     """
     inputs.check_model(parametrization, loss, inputs.check_depth(depth))
     X, y = inputs.check_problem(mu, data, loss)
@@ -373,7 +373,8 @@ def sweep(
     ``sharpness``, ``active_threshold``) are :func:`trajectory`'s; their summaries are
     per grid point and record.
     ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
-    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §12).
+    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §12);
+    a run with no stochastic steps refuses it (``InputError``: it would change nothing).
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")

@@ -57,6 +57,17 @@ ALPHA_RANGE = (1e-3, 1e3)
 """The default range of alpha scanned."""
 SCAN_PER_DECADE = 8
 """Scan alphas per decade of ``alpha_range`` by default."""
+ALPHA_LIMITS = (1e-100, 1e100)
+"""The alphas a scan may reach (``alpha_range`` within): a start ``alpha ** L`` stays a
+normal float64 number up to depth 3, and far beyond any regime edge."""
+MIN_RTOL_ALPHA = 1e-12
+"""The finest ``rtol_alpha``: a few hundred float64 roundings of ``log alpha``."""
+MAX_SCAN_POINTS = 100_000
+"""The most scan alphas per grid point (``scan_points``): 8 per decade over the widest
+``alpha_range`` (:data:`ALPHA_LIMITS`) takes 1601."""
+SCAN_RUN_BYTES = 64
+"""Host bytes a boundary scan holds per (grid point, scan alpha): its indices, log
+alpha, regime codes and the bracket masks."""
 KINDS = ("collapse", "direct")
 """The two kinds of edge: where the regime starts or stops being collapse / direct."""
 MAX_EDGES = 4
@@ -108,10 +119,21 @@ def boundary(
         if name in ("alpha", "seed") or str(name).startswith("alpha_"):
             raise InputError(f"axis {name}: boundary solves for alpha; vary the other axes")
     lo_alpha, hi_alpha = inputs.check_range("alpha-range", alpha_range)
+    if lo_alpha < ALPHA_LIMITS[0] or hi_alpha > ALPHA_LIMITS[1]:
+        raise InputError(
+            f"alpha-range {lo_alpha!r},{hi_alpha!r}: alphas must lie in [{ALPHA_LIMITS[0]:g}, "
+            f"{ALPHA_LIMITS[1]:g}] (a start alpha ** depth beyond that over- or underflows)"
+        )
     rtol_alpha = inputs.fraction("rtol-alpha", rtol_alpha)
+    if rtol_alpha < MIN_RTOL_ALPHA:
+        raise InputError(
+            f"rtol-alpha {rtol_alpha!r} is below {MIN_RTOL_ALPHA:g}: a bisection on log alpha "
+            "in float64 cannot resolve it"
+        )
+    decades = math.log10(hi_alpha) - math.log10(lo_alpha)
     if scan_points is None:
-        scan_points = max(9, math.ceil(SCAN_PER_DECADE * math.log10(hi_alpha / lo_alpha)) + 1)
-    scan_points = inputs.integer("scan-points", scan_points, minimum=2)
+        scan_points = max(9, math.ceil(SCAN_PER_DECADE * decades) + 1)
+    scan_points = inputs.integer("scan-points", scan_points, minimum=2, maximum=MAX_SCAN_POINTS)
     progress = inputs.check_flag("progress", progress)
     if isinstance(runner, Flow) and runner.tau_cap is None:
         runner = replace(runner, tau_cap=CAP_FACTOR * runner.tau_max)
@@ -128,6 +150,10 @@ def boundary(
         mu_set=mu_set,
     )
     spec.check_size()
+    inputs.check_bytes(
+        f"a scan of {spec.size} grid points x {scan_points} alphas (--scan-points)",
+        spec.size * scan_points * SCAN_RUN_BYTES,
+    )
     if history is None:
         history = inputs.python_call(
             "boundary",

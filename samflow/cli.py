@@ -4,7 +4,9 @@ Subcommands live in their own modules; each exposes ``register(subparsers)`` tha
 adds its parser and sets ``func`` (``args -> exit status``). Bad input of any kind
 ends with exit status 2 and one line ``samflow: error: ...`` on stderr, before any
 computation; a run that fails for another reason (network, disk, an output in use)
-ends with exit status 1 and one line ``samflow: failed: ...``.
+ends with exit status 1 and one line ``samflow: failed: ...``. Ctrl-C ends a command
+within seconds with exit status 130 and ``samflow: interrupted``, keeping what it had
+finished and no temporary file (:mod:`samflow.interrupt`).
 
 JAX is imported only by a command that computes, after its inputs are checked: the
 command modules import the engine inside their ``run``, and the image commands
@@ -17,12 +19,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from samflow import compile_cache
 from samflow.errors import InputError, RunFailure
 from samflow.host_memory import reuse_host_memory
+from samflow.interrupt import interruptible
 from samflow.version import __version__
 
 COMMAND_MODULES = (
@@ -82,15 +87,30 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit status.
+
+    Without ``argv`` it is the program itself: once the command is done, Ctrl-C ends
+    the process at once (the default action of SIGINT) instead of raising in the
+    interpreter's shutdown, where an interrupted file close could hang it.
+    """
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    finally:
+        if program and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _main(argv: list[str]) -> int:
     try:
         parser = build_parser(argv)
         _check_options(parser, argv)
         args = parser.parse_args(argv)
         args.command_line = "samflow " + " ".join(argv)
         compile_cache.enable(getattr(args, "compile_cache", None))
-        with _cpu_cores():
-            status = args.func(args)
+        with _cpu_cores(), interruptible():
+            status = _retried_without_cache(args)
     except (InputError, FileNotFoundError) as err:
         print(f"samflow: error: {_one_line(err)}", file=sys.stderr)
         return 2
@@ -101,6 +121,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("samflow: interrupted", file=sys.stderr)
         return 130
     return int(status or 0)
+
+
+EXPECTED = (InputError, FileNotFoundError, RunFailure, OSError, MemoryError)
+"""Failures a command reports as its own (bad input, disk, network): never the cache's."""
+
+
+def _retried_without_cache(args: argparse.Namespace) -> int:
+    """``args.func(args)``; when it fails otherwise than :data:`EXPECTED` with the
+    persistent compile cache on, once more without the cache, saying so in one line
+    naming the folder (a cached program may be at fault; files are written atomically
+    and sweeps resume, so the second run picks up what the first finished)."""
+    try:
+        return args.func(args)
+    except EXPECTED:
+        raise
+    except Exception as err:
+        folder = compile_cache.folder_in_use()
+        if folder is None:
+            raise
+        print(
+            f"samflow: the run failed with the compile cache {folder} on "
+            f"({type(err).__name__}: {_one_line(err)}); retrying once without it, as "
+            f"--compile-cache {compile_cache.OFF} does",
+            file=sys.stderr,
+        )
+        compile_cache.turn_off()
+        return args.func(args)
 
 
 class _cpu_cores:

@@ -82,7 +82,7 @@ def fit(
     save_params: bool = False,
     key: Array | None = None,
     data: tuple[Array, Array] | None = None,
-    seed: int = 0,
+    seed: int | None = None,
 ) -> FitResult:
     """Run ``method`` on ``loss_fn`` from ``params`` with ``runner``'s steps and records.
 
@@ -112,7 +112,8 @@ def fit(
             and the runner's ``batch``, ``m``, ``label_noise`` apply (``y + delta xi``
             with random signs ``xi`` per example, broadcast over ``y``'s trailing
             axes). None: ``loss_fn(params)``, full-batch steps.
-        seed: the seed of the default ``key`` (an integer >= 0).
+        seed: the seed of the default ``key`` (an integer >= 0; default 0); refused
+            where nothing is random (no random rule, no stochastic steps).
 
     Raises:
         InputError: unknown method, bad or missing rho, a runner that is not
@@ -124,7 +125,8 @@ def fit(
     rho = check_rho(rule, rho)
     if not isinstance(runner, Discrete):
         raise InputError(f"fit needs a Discrete runner, got {runner!r}")
-    seed = inputs.check_seed(seed)
+    seed_given = seed is not None
+    seed = inputs.check_seed(0 if seed is None else seed)
     sampling = None
     if data is not None:
         data = _check_data(data)
@@ -135,8 +137,15 @@ def fit(
             raise InputError(f"m = {runner.m} is not available with an optax optimizer")
     elif runner.stochastic:
         raise InputError("batch, m and label_noise need the examples: pass data=(X, y)")
+    if seed_given and not rule.random and sampling is None:
+        raise InputError(
+            f"seed {seed}: nothing in this run is random (a random rule, or data with "
+            "batch, m or label_noise, draws); drop the seed"
+        )
+    key = _check_key(key)
     if not callable(loss_fn):
         raise InputError(f"loss_fn must be a function of the parameters, got {loss_fn!r}")
+    _check_arguments(loss_fn, 1 + (0 if data is None else 2))
     leaves = jax.tree_util.tree_leaves(params)
     if not leaves:
         raise InputError("params holds no arrays")
@@ -176,6 +185,36 @@ def fit(
             save_params=save_params,
             sampling=sampling,
         )
+
+
+def _check_key(key) -> Array | None:
+    """None, or a JAX PRNG key: a typed key (``jax.random.key``) or a raw ``uint32[2]``
+    one (``jax.random.PRNGKey``); InputError naming anything else."""
+    if key is None:
+        return None
+    dtype = getattr(key, "dtype", None)
+    typed = dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == jnp.uint32 and jnp.shape(key) == (2,)
+    if not (typed and jnp.shape(key) == ()) and not raw:
+        raise InputError(
+            f"key must be a JAX PRNG key (jax.random.key(seed)), got {key!r} ({type(key).__name__})"
+        )
+    return key
+
+
+def _check_arguments(loss_fn, count: int) -> None:
+    """Refuse a ``loss_fn`` that cannot take ``count`` positional arguments (params, and
+    X, y with data), naming it; one whose signature is unknown is let through."""
+    import inspect
+
+    try:
+        inspect.signature(loss_fn).bind(*range(count))
+    except TypeError:
+        name = getattr(loss_fn, "__name__", repr(loss_fn))
+        what = "loss_fn(params, X, y) with data" if count == 3 else "loss_fn(params)"
+        raise InputError(f"loss_fn {name} cannot be called as {what}") from None
+    except ValueError:  # no signature (a builtin): the call itself will tell
+        pass
 
 
 def _check_data(data) -> tuple[Array, Array]:

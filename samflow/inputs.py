@@ -34,7 +34,10 @@ LOSSES = ("logistic", "exponential", "squared")
 in {-1, +1}); ``squared`` (1/2)(<beta, x> - y)^2 with real y (docs/theory.md §10)."""
 MAX_HESSIAN = 512
 """Largest Hessian (``L_max * d`` rows) whose top eigenvalue a run solves exactly at
-every record (``sharpness``): the solve costs ``(L d)^3``."""
+every record (``sharpness``): the solve costs ``(L d)^3``. Compiling does not grow with
+``L`` (the curvature and the eigensolve are loops and cumulative products, not unrolled
+over layers): ``trajectory --depth 128 --mu 1,2,3,4 --sharpness`` compiled in 11 s and
+0.8 GiB peak (2026-12-05, 2-core machine)."""
 ACTIVE_THRESHOLD = 1e-3
 """``n_active`` counts the coordinates with ``|beta_j|`` above this (absolute) threshold."""
 
@@ -59,10 +62,20 @@ def _kind(value) -> str:
     return type(value).__name__
 
 
+def _scalar(value):
+    """A 0-d array (NumPy, JAX, ...; not a traced value) as its NumPy scalar."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "__array__"):
+        try:
+            return np.asarray(value)[()]
+        except Exception:  # a JAX tracer: no value to check here
+            return value
+    return value
+
+
 def real(name: str, value) -> float:
-    """A finite real number (not a bool, string or complex); InputError naming it."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
+    """A finite real number (not a bool, string or complex; a 0-d NumPy or JAX array is
+    its number); InputError naming it."""
+    value = _scalar(value)
     if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         raise InputError(f"{name} must be a number, got {value!r} ({_kind(value)})")
     value = float(value)
@@ -89,8 +102,7 @@ def fraction(name: str, value) -> float:
 
 def integer(name: str, value, minimum: int = 1, maximum: int | None = None) -> int:
     """A whole number in ``[minimum, maximum]`` (an integral float is taken, a bool not)."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
+    value = _scalar(value)
     bad = isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real)
     if bad or not math.isfinite(value) or int(value) != value:
         raise InputError(f"{name} must be an integer, got {value!r} ({_kind(value)})")
@@ -102,8 +114,15 @@ def integer(name: str, value, minimum: int = 1, maximum: int | None = None) -> i
 
 
 def real_array(name: str, value, ndim: int | None = None) -> np.ndarray:
-    """A float64 array of finite real numbers (no strings, booleans, complex or objects),
-    of ``ndim`` dimensions with no empty axis when ``ndim`` is given."""
+    """A float64 array of finite real numbers (no strings, booleans, complex or objects,
+    no masked entries), of ``ndim`` dimensions with no empty axis when ``ndim`` is given."""
+    if np.ma.isMaskedArray(value):
+        if np.ma.is_masked(value):
+            raise InputError(
+                f"{name} has {int(np.ma.count_masked(value))} masked entries; fill or drop them "
+                "(a mask is not a value)"
+            )
+        value = np.ma.getdata(value)
     try:
         a = np.asarray(value)
     except (TypeError, ValueError):  # ragged nesting
@@ -167,8 +186,8 @@ def check_rho(method, rho, ignored_ok: bool = False) -> float:
 
 def check_dtype(dtype) -> str:
     """``float64`` or ``float32`` (a name or a NumPy dtype)."""
-    try:
-        name = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
+    try:  # np.dtype(None) is float64: None is refused, not read as a choice
+        name = np.dtype(dtype).name if not isinstance(dtype, str | None) else dtype
     except TypeError:
         name = None
     if name not in DTYPES:
@@ -261,6 +280,12 @@ def check_problem(mu=None, data=None, loss: str = "logistic") -> tuple[np.ndarra
 
 MAX_SEED = 2**53
 """Seeds are integers in ``0 .. MAX_SEED - 1`` (exact in a float64 axis)."""
+
+
+NOTHING_RANDOM = (
+    "nothing in this run is random (only a Discrete runner with batch, m or label_noise draws)"
+)
+"""Why a seed given to a deterministic run is refused (it would change nothing)."""
 
 
 def check_seed(seed, name: str = "seed") -> int:

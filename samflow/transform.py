@@ -72,8 +72,13 @@ def sam(
             :class:`~samflow.rules.PerturbationRule`.
 
     Raises:
-        InputError: unknown rule, or a bad or missing ``rho`` (naming the value).
+        InputError: a ``base`` that is not an optax transformation, an unknown rule, or
+            a bad or missing ``rho`` (naming the value).
     """
+    if not isinstance(base, optax.GradientTransformation):
+        raise InputError(
+            f"base must be an optax GradientTransformation (optax.sgd(eta), ...), got {base!r}"
+        )
     rule = get_rule(rule)
     if not isinstance(rho, jax.core.Tracer):  # a traced rho is checked where it is given
         rho = check_rho(rule, rho, ignored_ok=True)  # documented: GD ignores rho

@@ -270,6 +270,8 @@ def _files(tmp_path):
     np.savez(tmp_path / "x30.npz", X=np.ones((3, 0)), y=np.ones(3))
     np.savez(tmp_path / "text.npz", X=np.array([["a"]]), y=np.ones(1))
     np.save(tmp_path / "mus.npy", np.ones((2, 4)))
+    np.save(tmp_path / "none.npy", np.ones((0, 4)))
+    (tmp_path / "empty.txt").write_text("")
     return tmp_path
 
 
@@ -297,6 +299,17 @@ CLI_CASES = {
     "eta with flow": ([*TRAJ, "--mu", "1,2", "--mode", "flow", "--eta", "0.1"], "--eta"),
     "flow option, discrete": ([*TRAJ, "--mu", "1,2", "--n-save", "5"], "--n-save"),
     "figures out empty": (["figures", "--out", ""], "empty"),
+    "alpha-range 1e-300,1e300": (
+        ["boundary", *PH[1:], "--alpha-range", "1e-300,1e300"],
+        "1e-300",
+    ),
+    "alpha-range 1e-320,1": (["boundary", *PH[1:], "--alpha-range", "1e-320,1"], "1e-320"),
+    "rtol-alpha 1e-320": (["boundary", *PH[1:], "--rtol-alpha", "1e-320"], "1e-320"),
+    "scan-points 1e8": (["boundary", *PH[1:], "--scan-points", "100000000"], "100000000"),
+    "seed, nothing random": ([*TRAJ, "--mu", "1,2", "--seed", "3"], "seed 3"),
+    "seed on a flow": ([*TRAJ, "--mu", "1,2", "--mode", "flow", "--seed", "3"], "seed 3"),
+    "empty mu-file": ([*PH[:-2], "--axis", "mu=0,1", "--mu-file", "empty.txt"], "empty.txt"),
+    "empty mu-file npy": ([*PH[:-2], "--axis", "mu=0,1", "--mu-file", "none.npy"], "none.npy"),
 }
 
 
@@ -327,6 +340,12 @@ def _python_cases():
     one = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=flow)
     grid = dict(depth=2, mu=[1.0, 2.0], rho=1.0, runner=flow, axes={"alpha": [0.5, 1.0]})
     t, s, b = samflow.trajectory, samflow.sweep, samflow.boundary
+    two = samflow.Discrete(steps=2)
+    masked = np.ma.array([1.0, 2.0], mask=[False, True])
+
+    def sq(p):
+        return (p * p).sum()
+
     return {
         "Discrete eta": (lambda: samflow.Discrete(eta="a"), "'a'"),
         "Flow tau_max": (lambda: samflow.Flow(tau_max="a"), "'a'"),
@@ -370,7 +389,52 @@ def _python_cases():
         "boundary alpha axis": (lambda: b("sam-l2", **grid), "alpha"),
         "rule name": (lambda: samflow.PerturbationRule("five", 5), "5"),
         "rule flag": (lambda: samflow.PerturbationRule("r", None, "yes"), "yes"),
+        "Model foo": (lambda: samflow.Model("foo"), "'foo'"),
+        "Model 123": (lambda: samflow.Model(123), "123"),
+        "Model U2-V2": (lambda: samflow.Model("U2-V2", "squared"), "'U2-V2'"),
+        "Model hinge": (lambda: samflow.Model("product", "hinge"), "'hinge'"),
+        "Model loss None": (lambda: samflow.Model("uv", None), "None"),
+        "Model 3-row theta": (
+            lambda: samflow.Model("u2-v2").loss_fn(np.ones((1, 2)), np.ones(1))(np.ones((3, 2))),
+            "(3, 2)",
+        ),
+        "Model theta columns": (
+            lambda: samflow.Model().loss_fn(np.ones((1, 2)), np.ones(1))(np.ones((2, 3))),
+            "(2, 3)",
+        ),
         "fit runner": (lambda: samflow.fit(lambda p: p, 1.0, "gd", runner=flow), "runner"),
+        "fit key abc": (lambda: samflow.fit(sq, np.ones(2), "gd", runner=two, key="abc"), "'abc'"),
+        "fit key 5": (lambda: samflow.fit(sq, np.ones(2), "gd", runner=two, key=5), "5"),
+        "fit one-argument loss, data": (
+            lambda: samflow.fit(sq, np.ones(2), "gd", runner=two, data=(np.ones((3, 2)),) * 2),
+            "loss_fn sq",
+        ),
+        "fit seed, nothing random": (
+            lambda: samflow.fit(sq, np.ones(2), "gd", runner=two, seed=3),
+            "seed 3",
+        ),
+        "trajectory seed, nothing random": (lambda: t("sam-l2", **one, seed=3), "seed 3"),
+        "sweep seed on a flow": (lambda: s("sam-l2", **grid, seed=4), "seed 4"),
+        "sam None": (lambda: samflow.sam(None, rho=0.1), "None"),
+        "axis nested": (
+            lambda: s("sam-l2", **{**grid, "axes": {"alpha": [[0.3, 1], [2, 3]]}}),
+            "(2, 2)",
+        ),
+        "masked mu": (lambda: t("sam-l2", **{**one, "mu": masked}), "masked"),
+        "masked axis": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": masked}}), "masked"),
+        "masked data": (
+            lambda: t("sam-l2", **{**one, "mu": None, "data": (masked[None], np.ones(1))}),
+            "masked",
+        ),
+        "dtype None": (lambda: t("sam-l2", **one, dtype=None), "None"),
+        "boundary scan_points 1e9": (
+            lambda: b("sam-l2", **{**grid, "axes": {}}, scan_points=10**9),
+            str(10**9),
+        ),
+        "boundary alpha_range 1e-300": (
+            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1e-300, 1e300)),
+            "1e-300",
+        ),
         "fit int params": (
             lambda: samflow.fit(
                 lambda p: p, np.ones(2, int), "gd", runner=samflow.Discrete(steps=2)
@@ -497,3 +561,28 @@ def test_bad_api_axes(axis, values):
     with pytest.raises(samflow.InputError) as err:
         samflow.sweep("sam-l2", depth=2, mu=[1.0, 2.0], rho=rho, axes={axis: values}, runner=runner)
     assert axis in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_zero_d_jax_rho_is_a_number():
+    """``rho=jnp.array(1.0)`` (a 0-d JAX array) runs as ``rho=1.0`` does, bit for bit."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import samflow
+
+    kw = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, runner=samflow.Discrete(0.1, 10))
+    a = samflow.trajectory("sam-l2", rho=jnp.array(1.0), **kw)
+    b = samflow.trajectory("sam-l2", rho=1.0, **kw)
+    assert a.attrs["rho"] == 1.0
+    np.testing.assert_array_equal(a["beta"].values, b["beta"].values)
+
+
+def test_figures_say_why_nothing_was_built(tmp_path, monkeypatch):
+    """``figures --only gradcam -q`` without image data names each data set it skipped
+    and why, then says nothing was built (exit 1)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("SAMFLOW_DATA", raising=False)
+    status, err = run_cli(["figures", "--only", "gradcam", "-q", "--out", str(tmp_path / "f")])
+    assert status == 1
+    assert "gradcam: skipped mnist: no mnist data found" in err
+    assert err.strip().splitlines()[-1].startswith("samflow figures: nothing built")

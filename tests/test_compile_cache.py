@@ -159,3 +159,142 @@ def test_cache_folder_choice(monkeypatch, tmp_path):
     assert compile_cache.chosen_dir() == tmp_path / "y"
     assert compile_cache.chosen_dir(tmp_path / "z") == tmp_path / "z"  # the option wins
     assert jax.config.jax_compilation_cache_dir != str(tmp_path / "y")  # nothing set
+
+
+def _traj(folder, out, method="sam-l2", depth="2", mu="1,2"):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    argv = [sys.executable, "-m", "samflow.cli", "trajectory", "--method", method]
+    argv += ["--depth", depth, "--mu", mu, "--alpha", "0.5", "--steps", "30", "-q"]
+    argv += ["--rho", "1"] if method != "gd" else []
+    argv += ["--out", str(out), "--compile-cache", str(folder)]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def _same_file(a, b):
+    import xarray as xr
+
+    x, y = xr.load_dataset(a), xr.load_dataset(b)
+    for name in x.data_vars:
+        np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+
+
+@pytest.mark.slow
+def test_damaged_and_swapped_cache_entries_heal(tmp_path):
+    """Entries swapped between two programs' names, or with bytes flipped, fail their
+    check: each is named once, removed and replaced by the fresh compile, and the
+    results equal the first runs' exactly; the next run reads the healed entries."""
+    cache = tmp_path / "cache"
+    assert _traj(cache, tmp_path / "a.nc") == ""
+    assert _traj(cache, tmp_path / "b.nc", "gd", "3", "1,2,3") == ""
+    first, second = sorted(cache.glob("*-cache"))
+    first_bytes = first.read_bytes()
+    first.write_bytes(second.read_bytes())
+    second.write_bytes(first_bytes)
+    err = _traj(cache, tmp_path / "a2.nc") + _traj(cache, tmp_path / "b2.nc", "gd", "3", "1,2,3")
+    assert err.count("failed its check") == 2 and str(cache) in err, err
+    _same_file(tmp_path / "a.nc", tmp_path / "a2.nc")
+    _same_file(tmp_path / "b.nc", tmp_path / "b2.nc")
+    for entry in cache.glob("*-cache"):  # 8 bytes zeroed in the middle of each
+        data = bytearray(entry.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + 8] = bytes(8)
+        entry.write_bytes(bytes(data))
+    err = _traj(cache, tmp_path / "a3.nc")
+    assert err.count("failed its check") == 1, err
+    _same_file(tmp_path / "a.nc", tmp_path / "a3.nc")
+    assert _traj(cache, tmp_path / "a4.nc") == ""  # healed: read back, no message
+
+
+def test_same_folder_however_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert compile_cache.chosen_dir("x/../cache") == tmp_path / "cache"
+    assert compile_cache.chosen_dir("~/cache") == tmp_path / "cache"
+    assert compile_cache.chosen_dir(str(tmp_path / "cache")) == tmp_path / "cache"
+
+
+@pytest.mark.parametrize(
+    "setting, named",
+    [
+        ("", "--compile-cache is empty"),
+        ("~nosuchuser30/x", "~nosuchuser30/x"),
+        ("FILE/x", "cannot be made or written"),
+    ],
+)
+def test_bad_cache_settings_are_refused(tmp_path, monkeypatch, capsys, setting, named):
+    """An empty --compile-cache, a ~user that does not exist or a folder that cannot be
+    made: exit 2, one line naming it, nothing written (not into the current folder)."""
+    from samflow.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "FILE").write_text("a file")
+    argv = ["trajectory", "--method", "gd", "--depth", "1", "--mu", "1,2", "--alpha", "0.5"]
+    argv += ["--steps", "10", "--out", str(tmp_path / "t.nc"), "--compile-cache", setting]
+    saved = jax.config.jax_compilation_cache_dir
+    try:
+        status = main(argv)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and named in err[0], err
+    assert sorted(os.listdir(tmp_path)) == ["FILE"]
+
+
+def test_unusable_cache_variable_falls_back_in_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "FILE").write_text("a file")
+    monkeypatch.setenv(compile_cache.ENV, str(tmp_path / "FILE" / "x"))
+    saved = jax.config.jax_compilation_cache_dir
+    try:
+        assert compile_cache.enable() is None
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+        compile_cache._folder = None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "compiling without a cache" in err[0], err
+
+
+def test_cnn_data_dir_of_an_unknown_user(tmp_path, capsys):
+    from samflow.cli import main
+
+    out = str(tmp_path / "o.nc")
+    status = main(["cnn", "--method", "gd", "--data-dir", "~nosuchuser30/data", "--out", out])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "~nosuchuser30/data" in err[0], err
+
+
+def test_a_failure_with_the_cache_on_is_retried_once_without_it(monkeypatch, capsys):
+    """A command that fails unexpectedly with the cache on runs once more with it off,
+    saying so in one line that names the folder and --compile-cache off; with the cache
+    off, or for a failure of its own (bad input), nothing is retried."""
+    from argparse import Namespace
+
+    from samflow import cli
+
+    calls, turned_off = [], []
+    monkeypatch.setattr(compile_cache, "turn_off", lambda: turned_off.append(1))
+    monkeypatch.setattr(compile_cache, "folder_in_use", lambda: Path("/some/cache"))
+
+    def func(args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise AssertionError("a cached program broke")
+        return 0
+
+    assert cli._retried_without_cache(Namespace(func=func)) == 0
+    assert len(calls) == 2 and turned_off == [1]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "/some/cache" in err[0] and "--compile-cache off" in err[0]
+
+    def bad_input(args):
+        raise cli.InputError("bad")
+
+    with pytest.raises(cli.InputError):
+        cli._retried_without_cache(Namespace(func=bad_input))
+    monkeypatch.setattr(compile_cache, "folder_in_use", lambda: None)
+    calls.clear()
+    with pytest.raises(AssertionError):
+        cli._retried_without_cache(Namespace(func=func))
+    assert len(calls) == 1 and turned_off == [1]

@@ -15,6 +15,7 @@ from tolerance import norm_rel
 
 import samflow
 from samflow.cli import main
+from samflow.errors import InputError
 from samflow.stochastic import Sampling, draws, run_key
 from samflow.sweeps.spec import SweepSpec
 
@@ -66,7 +67,7 @@ def np_run(X, y, seed, *, batch=None, m=None, rho=RHO, steps=STEPS):
     return W
 
 
-def engine(method, seed=0, **runner):
+def engine(method, seed=None, **runner):
     X, y = problem()
     return samflow.trajectory(
         method,
@@ -84,7 +85,9 @@ def engine(method, seed=0, **runner):
 
 def test_batch_n_and_m_n_are_the_deterministic_run_exactly():
     today = engine("sam-l2")
-    same = engine("sam-l2", batch=N, m=N, seed=5)
+    same = engine("sam-l2", batch=N, m=N)
+    with pytest.raises(InputError, match="seed 5: nothing in this run is random"):
+        engine("sam-l2", batch=N, m=N, seed=5)  # full batch, m = n: the seed changes nothing
     np.testing.assert_array_equal(same["theta_final"].values, today["theta_final"].values)
     np.testing.assert_array_equal(same["beta"].values, today["beta"].values)
     assert "batch" not in today.attrs and "seed" not in today.attrs

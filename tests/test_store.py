@@ -201,3 +201,80 @@ def test_chunks_are_written_plain_and_the_file_compressed(tmp_path, clean):
         filters = nc["beta_norm"].filters()
         assert filters["zlib"] and filters["shuffle"] and filters["complevel"] == COMPLEVEL
     same_result(xr.load_dataset(out), clean)
+
+
+def test_damaged_chunks_are_recomputed_never_used(tmp_path, monkeypatch, capfd):
+    """Work-folder chunks are plain netCDF named by the SHA-256 of their bytes: 8 bytes
+    flipped anywhere in a chunk (header, attributes, data) make it fail its check, it is
+    named on stderr and recomputed, and the final file equals an uninterrupted run's."""
+    import shutil
+
+    from samflow.io import checksum_holds
+
+    kw = dict(
+        depth=2,
+        mu=[1.0, 2.0],
+        axes={"alpha": [0.1, 0.3, 1.0], "rho": [0.2, 0.5]},
+        runner=samflow.Discrete(0.05, 60),
+        chunk=2,
+    )
+    samflow.sweep("sam-l2", out=tmp_path / "clean.nc", **kw)
+    clean = xr.load_dataset(tmp_path / "clean.nc")
+    out = tmp_path / "d.nc"
+    monkeypatch.setenv(STOP_AFTER_ENV, "3")  # every chunk written, no final file yet
+    with pytest.raises(KeyboardInterrupt):
+        samflow.sweep("sam-l2", out=out, **kw)
+    monkeypatch.delenv(STOP_AFTER_ENV)
+    work = tmp_path / "d.nc.work"
+    kept = tmp_path / "kept"
+    shutil.copytree(work, kept)
+    chunks = sorted(kept.glob("chunk_*.nc"))
+    assert len(chunks) == 3 and all(checksum_holds(p) for p in chunks)
+    size = chunks[1].stat().st_size
+    rng = np.random.default_rng(0)
+    offsets = sorted({0, 100, 1000, size - 8, *rng.integers(0, size - 8, 20).tolist()})
+    for offset in offsets:
+        shutil.rmtree(work, ignore_errors=True)
+        out.unlink(missing_ok=True)
+        shutil.copytree(kept, work)
+        damaged = work / chunks[1].name
+        with open(damaged, "r+b") as f:
+            f.seek(offset)
+            data = f.read(8)
+            f.seek(offset)
+            f.write(bytes(b ^ 0xFF for b in data))
+        capfd.readouterr()
+        samflow.sweep("sam-l2", out=out, **kw)
+        err = capfd.readouterr().err
+        assert f"chunk {damaged} fails its checksum; recomputing it" in err, offset
+        same_result(xr.load_dataset(out), clean)
+        assert not work.exists()
+
+
+def test_ctrl_c_at_random_moments_stops_promptly_and_cleanly(tmp_path, clean):
+    """SIGINT at random moments (import, compile, chunks, the final write): the sweep
+    ends within seconds with status 130 and one line, or had already finished (the file
+    complete; a Ctrl-C after the command ends the process at once); no temporary is
+    left, and a resume gives the uninterrupted result."""
+    rng = random.Random(30)
+    out = tmp_path / "i.nc"
+    for trial in range(4):
+        out.unlink(missing_ok=True)
+        proc = run_phase(out, chunk=rng.choice([2, 3, 5]), wait=False)
+        time.sleep(rng.uniform(0.5, 4.0))
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            pytest.fail(f"trial {trial}: still running 15 s after SIGINT")
+        if proc.returncode == 130:
+            assert err.strip().splitlines()[-1] == "samflow: interrupted", err
+        else:
+            assert proc.returncode in (0, -signal.SIGINT) and out.exists(), err
+        assert not list(tmp_path.rglob("*.tmp")), trial
+    status, err = run_phase(out, chunk=5)
+    assert status == 0, err
+    same_result(xr.load_dataset(out), clean)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["i.nc"]

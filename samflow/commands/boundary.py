@@ -6,7 +6,13 @@ import argparse
 
 import numpy as np
 
-from samflow.boundary import ALPHA_RANGE, SCAN_PER_DECADE
+from samflow.boundary import (
+    ALPHA_LIMITS,
+    ALPHA_RANGE,
+    MAX_SCAN_POINTS,
+    MIN_RTOL_ALPHA,
+    SCAN_PER_DECADE,
+)
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
@@ -43,20 +49,21 @@ def register(sub) -> None:
     p.add_argument(
         "--alpha-range",
         default=",".join(f"{v:g}" for v in ALPHA_RANGE),
-        help="range LOW,HIGH of alpha scanned for edges",
+        help="range LOW,HIGH of alpha scanned for edges, within "
+        f"[{ALPHA_LIMITS[0]:g}, {ALPHA_LIMITS[1]:g}]",
     )
     p.add_argument(
         "--scan-points",
         type=integer("scan-points"),
         default=None,
-        help=f"log-spaced alphas scanned (default {SCAN_PER_DECADE} per decade, at least 9); "
-        "two edges closer than one scan step are not seen",
+        help=f"log-spaced alphas scanned (default {SCAN_PER_DECADE} per decade, at least 9; "
+        f"at most {MAX_SCAN_POINTS}); two edges closer than one scan step are not seen",
     )
     p.add_argument(
         "--rtol-alpha",
         type=finite_float("rtol-alpha"),
         default=1e-6,
-        help="relative tolerance of each critical alpha",
+        help=f"relative tolerance of each critical alpha (at least {MIN_RTOL_ALPHA:g})",
     )
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="figure of every edge against the first axis (PNG or PDF)")

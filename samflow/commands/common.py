@@ -252,7 +252,8 @@ def add_stochastic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed",
         type=integer("seed"),
-        help="seed of the stochastic steps' draws (default 0)",
+        help="seed of the stochastic steps' draws (default 0); refused where nothing is "
+        "random (no --batch, --m or --label-noise)",
     )
 
 

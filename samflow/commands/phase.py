@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import warnings
 
 import numpy as np
 
@@ -78,13 +79,19 @@ def _mu_file(path: str) -> np.ndarray:
     """The mu vectors ``[k, d]`` of a ``.npy`` or comma-separated text file (the values are
     checked by the library)."""
     if path.endswith(".npy"):
-        return np.atleast_2d(load_array(path, "mu"))
-    try:
-        return np.loadtxt(path, delimiter=",", ndmin=2)
-    except FileNotFoundError:
-        raise InputError(f"mu file not found: {path}") from None
-    except (OSError, ValueError) as err:
-        raise InputError(f"cannot read mu file {path}: {str(err).splitlines()[0]}") from None
+        rows = np.atleast_2d(load_array(path, "mu"))
+    else:
+        try:
+            with warnings.catch_warnings():  # an empty file: refused below, by name
+                warnings.simplefilter("ignore", UserWarning)
+                rows = np.loadtxt(path, delimiter=",", ndmin=2)
+        except FileNotFoundError:
+            raise InputError(f"mu file not found: {path}") from None
+        except (OSError, ValueError) as err:
+            raise InputError(f"cannot read mu file {path}: {str(err).splitlines()[0]}") from None
+    if rows.size == 0:
+        raise InputError(f"mu file {path} holds no mu vectors (shape {rows.shape})")
+    return rows
 
 
 def sweep_kwargs(args: argparse.Namespace) -> dict:

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         collapse_factor=args.collapse_factor,
         history=args.command_line,
         **model_from_args(args),
-        seed=0 if args.seed is None else args.seed,
+        seed=args.seed,
     )
     write_dataset(ds, args.out)
     if not args.quiet and "regime" in ds and int(ds["regime"]) == UNRESOLVED:

@@ -49,7 +49,7 @@ def build(out_dir: pathlib.Path, quick: bool) -> list[pathlib.Path]:
         try:
             load_dataset(name, data_dir)
         except InputError as err:
-            print(f"gradcam: skipped {name}: {err}")
+            print(f"gradcam: skipped {name}: {err}", file=sys.stderr)  # why, even with -q
             continue
         nc = out_dir / f"gradcam_{name}.nc"
         ds = study(

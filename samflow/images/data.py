@@ -67,16 +67,21 @@ class ImageDataset:
 
 def default_data_dir() -> Path:
     """``$SAMFLOW_DATA``, else ``$XDG_CACHE_HOME/samflow/data``, else ``~/.cache/...``."""
+    from samflow.io import expand_user
+
     env = os.environ.get("SAMFLOW_DATA")
     if env:
-        return Path(env).expanduser()
+        return expand_user(env, "$SAMFLOW_DATA")
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache).expanduser() / "samflow" / "data"
+    return expand_user(cache, "$XDG_CACHE_HOME") / "samflow" / "data"
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
-    """The data directory given, or :func:`default_data_dir`."""
-    return Path(data_dir).expanduser() if data_dir else default_data_dir()
+    """The data directory given (InputError naming a ``~user`` that does not exist),
+    or :func:`default_data_dir`."""
+    from samflow.io import expand_user
+
+    return expand_user(data_dir, "data directory") if data_dir else default_data_dir()
 
 
 def _candidate_dirs(data_dir: Path, name: str) -> list[Path]:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from samflow.errors import InputError, RunFailure
-from samflow.io import check_folder
+from samflow.io import check_folder, expand_user
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,8 @@ def download(
         base = check_base_url(os.environ[BASE_URL_ENV], f"${BASE_URL_ENV}")
     else:
         base = source.base_url
-    target = check_folder(Path(directory).expanduser() / name, f"data directory {str(directory)!r}")
+    folder = expand_user(directory, "data directory")
+    target = check_folder(folder / name, f"data directory {str(directory)!r}")
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as err:

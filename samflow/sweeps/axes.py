@@ -56,7 +56,12 @@ def make_axis(name: str, values, d: int | None = None) -> Axis:
     _check_name(name, d)
     if isinstance(values, str):
         raise InputError(f"axis {name}: values must be numbers, got {values!r}")
-    values = real_array(f"axis {name}", values).reshape(-1)
+    values = real_array(f"axis {name}", values)
+    if values.ndim > 1:
+        raise InputError(
+            f"axis {name} takes a flat list of values, got shape {values.shape}: {values.tolist()}"
+        )
+    values = values.reshape(-1)
     if values.size == 0:
         raise InputError(f"axis {name} is empty")
     if name in INTEGER_AXES:

@@ -278,7 +278,7 @@ class SweepSpec:
             raise InputError("alpha is set both as a value and by an axis")
         if seed is not None and {"seed", "noise_seed"} & {a.name for a in grid}:
             raise InputError("seed is set both as a value and by an axis")
-        return cls(
+        spec = cls(
             rule=method,
             runner=runner,
             depth=depth,
@@ -304,6 +304,9 @@ class SweepSpec:
             active_threshold=active_threshold,
             seed=0 if seed is None else seed,
         )
+        if seed is not None and spec.sampling is None:
+            raise InputError(f"seed {seed!r}: {inputs.NOTHING_RANDOM}; drop the seed")
+        return spec
 
     def bytes_needed(self, keep_theta: bool = False) -> int:
         """Bytes a run would hold at its peak (:data:`COPIES` of its result): per point

@@ -2,11 +2,13 @@
 
 The grid is cut into chunks of consecutive points; each runs through the point runner
 (:func:`samflow.engine.run_points`). With an output path, each finished chunk is
-written atomically to ``<out>.work/chunk_<first>_<stop>.nc`` carrying the sweep's key;
-a rerun of the same sweep reads the chunks whose key and point range match and
-recomputes every other one (a chunk of another sweep, of another chunk size or an
-unreadable one is never used); then the final file is assembled and the work folder is
-removed. An interrupted and resumed sweep gives the same file as an uninterrupted one.
+written atomically to ``<out>.work/chunk_<first>_<stop>.<sha256>.nc`` carrying the
+sweep's key, its name holding the SHA-256 of its bytes; a rerun of the same sweep reads
+the chunks whose checksum, key and point range match and recomputes every other one (a
+chunk of another sweep, of another chunk size, a damaged or an unreadable one is never
+used; one that fails its checksum or cannot be read is named on stderr as it is
+recomputed); then the final file is assembled and the work folder is removed. An
+interrupted and resumed sweep gives the same file as an uninterrupted one.
 Each chunk runs on the devices while the results of the one before it are converted and
 written (:func:`computed`), so at most two chunks are in memory at once.
 Without an output path nothing is written. What the files hold:
@@ -27,9 +29,9 @@ import xarray as xr
 
 from samflow import devices
 from samflow.engine import Setup, one_ahead, start_points
-from samflow.errors import InputError
+from samflow.errors import InputError, RunFailure
 from samflow.inputs import DEFAULT_CHUNK
-from samflow.io import check_output, write_dataset, write_text_atomic
+from samflow.io import check_output, checksum_holds, write_dataset, write_text_atomic
 from samflow.regimes import MAX_LEADERS
 from samflow.schema import SWEEP
 from samflow.sweeps.spec import SweepSpec
@@ -133,15 +135,32 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
     )
 
 
-def _read_chunk(path: Path, key: str, flat: np.ndarray) -> xr.Dataset | None:
-    """The chunk at ``path`` if it is readable, of sweep ``key`` and holds exactly ``flat``."""
-    try:
-        ds = xr.load_dataset(path)
-    except (OSError, ValueError, RuntimeError):
-        return None
-    if ds.attrs.get("sweep_key") != key or not np.array_equal(ds["point"].values, flat):
-        return None
-    return ds
+def _chunk_name(flat: np.ndarray) -> str:
+    """The name of the chunk of the points ``flat``, less its checksum and suffix."""
+    return f"chunk_{flat[0]:012d}_{flat[-1] + 1:012d}"
+
+
+def _read_chunk(
+    work: Path, key: str, flat: np.ndarray, say: Callable[[str], None] | None = None
+) -> xr.Dataset | None:
+    """The chunk of the points ``flat`` in ``work`` if one has the bytes its checksum
+    names, is readable, of sweep ``key`` and holds exactly ``flat``; else None. With
+    ``say``, each file found and not used is named (a line to ``say``) and removed."""
+    for path in sorted(work.glob(f"{_chunk_name(flat)}.*.nc")):
+        ds = None
+        if checksum_holds(path):
+            try:
+                ds = xr.load_dataset(path)
+            except (OSError, ValueError, RuntimeError):
+                ds = None
+        if ds is not None and ds.attrs.get("sweep_key") == key:
+            if np.array_equal(ds["point"].values, flat):
+                return ds
+        if say is not None:
+            why = "fails its checksum" if ds is None else "holds another sweep"
+            say(f"samflow: chunk {path} {why}; recomputing it")
+            path.unlink(missing_ok=True)
+    return None
 
 
 class _Lock:
@@ -285,10 +304,8 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
             )
         write_text_atomic(key_file, json.dumps({"key": key, "history": attrs.get("history")}))
     devices.barrier("samflow: work folder ready")
-    paths = [work / f"chunk_{b[0]:012d}_{b[-1] + 1:012d}.nc" for b in blocks]
-    found = [
-        _read_chunk(p, key, b) if p.exists() else None for p, b in zip(paths, blocks, strict=True)
-    ]
+    say = _stderr if devices.is_writer() else None
+    found = [_read_chunk(work, key, b, say) for b in blocks]
     todo = devices.agreed(np.array([ch is None for ch in found]))
     stop_after = int(os.environ.get(STOP_AFTER_ENV, "0") or 0)
     done_now = 0
@@ -297,7 +314,7 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
     with _Progress(spec.size, progress) as bar:
         if progress and not todo.all():
             bar.write(f"resuming: {int((~todo).sum())} of {len(blocks)} chunks done")
-        for i, (path, flat) in enumerate(zip(paths, blocks, strict=True)):
+        for i, flat in enumerate(blocks):
             if todo[i]:
                 ds = chunk_dataset(next(results), flat, spec.dtype)
                 ds.attrs["sweep_key"] = key
@@ -305,7 +322,8 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
                     # A chunk lives until the sweep is done: written uncompressed (zlib
                     # took four times as long as computing it, bench case 1's grid), no
                     # larger on disk than the results in memory (SweepSpec.check_size).
-                    write_dataset(ds, path, compress=False)
+                    # Named by the SHA-256 of its bytes, checked when it is reused.
+                    write_dataset(ds, work / f"{_chunk_name(flat)}.nc", False, checksum=True)
                 found[i] = ds
                 done_now += 1
                 if stop_after and done_now >= stop_after:
@@ -313,12 +331,20 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
             bar.update(len(flat))
     devices.barrier("samflow: every chunk written")
     # A process that did not see a chunk process 0 found reads it now (shared disk).
-    found = [xr.load_dataset(p) if ch is None else ch for p, ch in zip(paths, found, strict=True)]
+    found = [
+        _read_chunk(work, key, b) if ch is None else ch for b, ch in zip(blocks, found, strict=True)
+    ]
+    if any(ch is None for ch in found):
+        raise RunFailure(f"{work}: a chunk written by process 0 cannot be read here")
     ds = assemble(spec, found, attrs)
     if devices.is_writer():
         write_dataset(ds, out)
         shutil.rmtree(work, ignore_errors=True)
     return ds
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class _Progress:
