@@ -592,6 +592,12 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
             raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
         major = jnp.argmax(problem.X[0]) + 1
     major = jnp.asarray(major, jnp.int32)
+    # diffrax steps t1 back by 100 ULPs (100 chained nextafter ops). Where XLA can prove
+    # the times equal across a vmapped tile (times shared and speed 1, or a tile of copies
+    # of one point), it sinks that broadcast through the chain one op per pass and gives
+    # up after 50 passes with an error line ("stuck in a circular simplification loop").
+    # The barrier (an identity) hides the broadcast: same numbers, no such line.
+    saves = jax.lax.optimization_barrier(saves)
     lead_start = lead_at_start(*start)
     path0 = path_enter(path_start((), y0.dtype), lead_start, saves[0], -1, major)
     # max norm: padding rows (constant ones) must not change the step sizes

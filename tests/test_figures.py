@@ -139,9 +139,10 @@ def test_figures_list_names_and_describes_each(capsys):
 
 
 def test_figures_exit_1_when_nothing_built(tmp_path, monkeypatch, capsys):
-    empty = tmp_path / "no-data"
-    empty.mkdir()
-    monkeypatch.setenv("SAMFLOW_DATA", str(empty))
+    monkeypatch.setattr(
+        "samflow.commands.figures.load",
+        lambda name: types.SimpleNamespace(build=lambda out_dir, quick: []),
+    )
     out = tmp_path / "figs"
     assert main(["figures", "--only", "gradcam", "--quick", "--out", str(out)]) == 1
     captured = capsys.readouterr()
@@ -149,6 +150,37 @@ def test_figures_exit_1_when_nothing_built(tmp_path, monkeypatch, capsys):
     assert captured.err.strip().splitlines() == [
         "samflow figures: nothing built (gradcam wrote no file)"
     ]
+
+
+@pytest.mark.slow
+def test_gradcam_figure_on_a_machine_without_image_data(tmp_path, monkeypatch, capsys):
+    """No MNIST, CIFAR-10 or SVHN in the data directory: the gradcam figure is built on
+    the built-in 8x8 digits and says so in its title and its file."""
+    from samflow.images import plot
+
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    monkeypatch.setenv("SAMFLOW_DATA", str(empty))
+    shown = []
+    monkeypatch.setattr(plot.plt, "close", shown.append)  # keep the figure to read it
+    out = tmp_path / "figs"
+    assert main(["figures", "--only", "gradcam", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped mnist" in printed and "using the built-in digits" in printed
+    for suffix in ("png", "pdf"):
+        assert (out / f"gradcam_digits.{suffix}").stat().st_size > 10_000
+    assert not list(out.glob("gradcam_mnist*")) and not list(out.glob("gradcam_cifar10*"))
+    ds = xr.load_dataset(out / "gradcam_digits.nc")
+    assert ds.attrs["dataset"] == "digits" and "load_digits" in ds.attrs["source"]
+    assert "one set of 1797 images" in ds.attrs["split_note"]
+    assert list(ds.attrs["channels"]) == [8, 16]  # two blocks: a 4x4 Grad-CAM map
+    assert ds["example_gradcam"].shape[-2:] == (8, 8)
+    # --quick trains the built-in digits fully: both methods learn 3 vs 8
+    assert ds.attrs["steps"] == 600 and ds.sizes["seed"] == 3
+    assert float(ds["test_accuracy"].min()) > 0.9
+    [fig] = shown
+    title = fig._suptitle.get_text()
+    assert "8x8 digits built into scikit-learn" in title and "3 vs 8" in title
 
 
 def test_figure_errors_are_not_swallowed(tmp_path, monkeypatch):

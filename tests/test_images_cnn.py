@@ -412,3 +412,21 @@ def test_border_background_is_outside_the_centred_box():
 def test_a_bad_background_names_the_value(kwargs, message):
     with pytest.raises(InputError, match=re.escape(message)):
         attribution.Background(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "size, channels, side",
+    [
+        (28, (8, 16, 32), 7),
+        (32, (8, 16, 32), 8),
+        (12, (8, 16, 32), 3),
+        (8, (8, 16), 4),
+        (4, (8,), 4),
+    ],
+)
+def test_default_channels_keep_a_grad_cam_map_of_at_least_3x3(size, channels, side):
+    """MNIST, CIFAR-10 and the 12x12 test images keep the three blocks; the built-in 8x8
+    digits get two (a 4x4 map, not 2x2). The side is that of the map the CNN computes."""
+    assert models.default_channels(size, size) == channels
+    net = models.CNN(1, channels, key=jax.random.key(0))
+    assert net.features(jnp.ones((1, size, size))).shape == (channels[-1], side, side)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import sys
 import tarfile
 
 import numpy as np
@@ -299,3 +300,69 @@ def test_default_data_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("SAMFLOW_DATA")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert data.default_data_dir() == tmp_path / "cache" / "samflow" / "data"
+
+
+def test_builtin_digits_are_sklearns_pixels_split_once(tmp_path):
+    """The built-in digits: every one of scikit-learn's 1,797 8x8 images, once, as uint8
+    ``round(v * 255 / 16)`` of its 0..16 counts (exact: integer arithmetic on both
+    sides), labels as given, split at random with the seed; no data directory used."""
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    ds = data.load_dataset("digits", tmp_path / "not-there", split_seed=0)
+    assert ds.name == "digits" and "load_digits" in ds.source and "built in" in ds.source
+    assert "one set of 1797 images" in ds.split_note and "seed 0" in ds.split_note
+    for split in (ds.train, ds.test):
+        assert split.images.shape[1:] == (8, 8, 1) and split.images.dtype == np.uint8
+        assert split.labels.dtype == np.int64
+    assert (ds.train.n, ds.test.n) == (1348, 449)  # test_fraction 0.25 of 1797, rounded
+    # Undo the seeded split: load_dataset puts order[:n_test] in test, the rest in train.
+    order = np.random.default_rng(0).permutation(1797)
+    images = np.empty((1797, 8, 8, 1), np.uint8)
+    labels = np.empty(1797, np.int64)
+    images[order[449:]], labels[order[449:]] = ds.train.images, ds.train.labels
+    images[order[:449]], labels[order[:449]] = ds.test.images, ds.test.labels
+    np.testing.assert_array_equal(labels, raw.target)
+    expected = np.rint(raw.images * 255 / 16).astype(np.uint8)
+    np.testing.assert_array_equal(images[..., 0], expected)
+    assert images.max() == 255 and images.min() == 0
+    # Another seed, another split of the same images.
+    other = data.load_dataset("digits", split_seed=1)
+    assert not np.array_equal(other.test.labels, ds.test.labels)
+
+
+def test_builtin_digits_class_pair_and_task():
+    """The default pair is 3 vs 8 (as for MNIST): only those images, 3 labelled -1 and
+    8 labelled +1, every one of them when no subsample is asked; a named pair works."""
+    from sklearn.datasets import load_digits
+
+    from samflow.images import tasks
+
+    target = load_digits().target
+    ds = data.load_dataset("digits")
+    assert tasks.parse_classes(None, "digits") == ((3,), (8,))
+    task = tasks.binary_task(ds, normalise=False)
+    assert task.class_names == ("3", "8")
+    n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
+    assert n_train + n_test == np.sum(target == 3) + np.sum(target == 8)
+    assert task.x_train.shape[1:] == (1, 8, 8)
+    train_3 = int(np.sum(np.isin(ds.train.labels, 3)))
+    assert int(np.sum(task.y_train == -1)) == train_3
+    assert int(np.sum(task.y_train == 1)) == n_train - train_3
+    # raw pixels in [0, 1]: uint8 / 255, the dark background exactly 0
+    assert task.raw_test.min() == 0.0 and task.raw_test.max() == 1.0
+    assert tasks.parse_classes("1,7", "digits") == ((1,), (7,))
+    with pytest.raises(InputError, match="not a class of digits"):
+        tasks.parse_classes("1,airplane", "digits")
+
+
+def test_builtin_digits_without_scikit_learn_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)  # import fails
+    with pytest.raises(InputError, match="need scikit-learn") as err:
+        data.load_dataset("digits")
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_dataset_names_the_builtin_too():
+    with pytest.raises(InputError, match="mnist, cifar10, svhn, digits"):
+        data.load_dataset("fashion")

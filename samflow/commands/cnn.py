@@ -24,7 +24,7 @@ from samflow.errors import InputError
 from samflow.images import data as image_data
 from samflow.images.attribution import BACKGROUNDS, DEFAULT_BACKGROUND_THRESHOLD, DEFAULT_BOX
 from samflow.images.experiment import DEFAULTS
-from samflow.images.models import CONVS, DEFAULT_CHANNELS, MODELS
+from samflow.images.models import CONVS, DEFAULT_CHANNELS, MIN_MAP_SIDE, MODELS
 from samflow.images.results import DEFAULT_MATCH_LOSS
 from samflow.images.tasks import DEFAULT_CLASSES
 from samflow.images.train import BASE_OPTIMIZERS, LOOPS
@@ -72,7 +72,12 @@ def register(subparsers) -> None:
         description="Train on a binary image task with the engine's step, measure the share "
         "of attribution on background pixels, write a result file (and a figure).",
     )
-    cnn.add_argument("--dataset", choices=image_data.DATASETS, default="mnist")
+    cnn.add_argument(
+        "--dataset",
+        choices=image_data.DATASETS + image_data.BUILTIN,
+        default="mnist",
+        help="digits: scikit-learn's built-in 8x8 digits (no download, no --data-dir)",
+    )
     cnn.add_argument(
         "--data-dir",
         help="data directory (default: $SAMFLOW_DATA, else $XDG_CACHE_HOME/samflow/data, "
@@ -130,7 +135,13 @@ def register(subparsers) -> None:
     )
     cnn.add_argument("--model", choices=MODELS, default="cnn")
     cnn.add_argument(
-        "--channels", type=_channels, default=DEFAULT_CHANNELS, help="conv widths, e.g. 8,16,32"
+        "--channels",
+        type=_channels,
+        default=None,
+        help="conv widths, e.g. 8,16,32 (default: "
+        + ",".join(map(str, DEFAULT_CHANNELS))
+        + f", less blocks from the end where the last map would be under {MIN_MAP_SIDE}x"
+        f"{MIN_MAP_SIDE}: 8,16 on the 8x8 digits)",
     )
     cnn.add_argument(
         "--conv",

@@ -11,7 +11,8 @@
 - ``multipoint``: many points with features of different scales (beyond the paper);
 - ``usam``: USAM against l2-SAM, what the normalisation does (beyond the paper);
 - ``discrete_vs_flow``: discrete l2-SAM against its flow, error against eta;
-- ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found;
+- ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found (none:
+  the 8x8 digits built into scikit-learn);
 - ``phase_plane``: trajectories in the (beta_1, beta_2) plane, GD, l2-SAM, linf-SAM;
 - ``max_margin_l1``: on many points L = 2 finds the l1 max margin, L = 1 the l2 one;
 - ``invariant_map``: the l2-SAM edges in alpha / rho over the direction of mu;

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Patch
 
 from samflow.figures._engine import MU, figure_spec, flow_times, sweep
 from samflow.plotting import (
     REGIME_COLOURS,
     REGIME_NAMES,
-    category_legend,
     coordinate_colours,
     dominant_codes,
     dominant_legend,
@@ -53,7 +53,7 @@ def run(quick: bool) -> dict:
 def draw(datasets: dict):
     sam, gd = datasets["l2sam"], datasets["gd"]
     d = sam.sizes["coord"]
-    colours = coordinate_colours(d)
+    colours = staircase_colours(d)
     fig, (ax, ax_reg, ax_gd) = plt.subplots(
         1, 3, figsize=(11, 4.8), sharey=True, gridspec_kw={"width_ratios": [4, 0.22, 1.4]}
     )
@@ -80,27 +80,77 @@ def draw(datasets: dict):
     regime = sam["regime"].values.astype(int)
     reg_codes = sorted(set(regime.tolist()))
     reg_colours = {c: REGIME_COLOURS[c] for c in reg_codes}
-    draw_categories(ax_reg, regime[:, None], [0.0], alpha, reg_colours, xlog=False, ylog=True)
-    ax_reg.set_xticks([])
-    ax_reg.set_title("regime", fontsize=8)
+    draw_regime_strip(ax_reg, regime, alpha)
     blank = np.any(sam["dominant"].values[:, 1:] == 0) or np.any(gd["dominant"].values[:, 1:] == 0)
     extra = {-9: "blank: no record (overflow guard)"} if blank else {}
     zero = r"0: $\beta \approx 0$ (collapsed)"
     leg = dominant_legend(ax_gd, colours, d, extra, zero=zero, bbox_to_anchor=(1.04, 1.0))
     ax_gd.add_artist(leg)
-    category_legend(
-        ax_gd,
-        reg_colours,
-        {c: f"{c}: {REGIME_NAMES[c]}" for c in reg_codes},
+    ax_gd.legend(
+        handles=[
+            Patch(
+                facecolor=reg_colours[c],
+                edgecolor="black",
+                hatch=STRIP_HATCHES.get(c, ""),
+                label=f"{c}: {REGIME_NAMES[c]}",
+            )
+            for c in reg_codes
+        ],
         title="regime code (strip)",
         loc="lower left",
         bbox_to_anchor=(1.04, 0.0),
+        fontsize=8,
     )
     fig.suptitle(
         "Minor first, major last: the coordinate that leads, over initialisation and time",
         fontsize=11,
     )
     return fig
+
+
+def staircase_colours(d: int) -> dict[int, str]:
+    """Coordinates 1..d on viridis, dark to light (the staircase climbs from dark to
+    light, so its order survives greyscale: grey levels 0.12, 0.36, 0.54, 0.84 for
+    d = 4); 0 (beta ~ 0) stays the maps' light grey (0.73). Not the Okabe-Ito line
+    colours of the other figures: their orange, sky blue and grey are one grey level,
+    and their orange and blue are the regime strip's gold and navy."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    ramp = colormaps["viridis"](np.linspace(0.0, 1.0, d) if d > 1 else [0.0])
+    return {0: coordinate_colours(d)[0], **{j: to_hex(ramp[j - 1]) for j in range(1, d + 1)}}
+
+
+STRIP_HATCHES = {1: "xx", 2: "//", 3: "..", 4: "\\\\", 5: "++", 6: "oo"}
+"""The regime strip's hatches. Its fills (the regime maps' Tol colours) come close to
+the coordinates' Okabe-Ito ones (direct's gold to coordinate 1's orange, collapse's
+navy to coordinate 4's blue), and all but vanish in greyscale: the hatch and the name
+written on the strip tell the regime apart from the coordinate map in any print."""
+
+
+def draw_regime_strip(ax, regime: np.ndarray, alpha: np.ndarray) -> None:
+    """The measured regime of each alpha row as one column of hatched, named bands."""
+    edges = np.exp(np.r_[1.5 * np.log(alpha[0]) - 0.5 * np.log(alpha[1]),
+                         0.5 * (np.log(alpha[1:]) + np.log(alpha[:-1])),
+                         1.5 * np.log(alpha[-1]) - 0.5 * np.log(alpha[-2])])  # fmt: skip
+    starts = np.flatnonzero(np.r_[True, regime[1:] != regime[:-1]])
+    for first, stop in zip(starts, np.r_[starts[1:], regime.size], strict=True):
+        code, lo, hi = int(regime[first]), edges[first], edges[stop]
+        colour = REGIME_COLOURS[code]
+        ax.axhspan(lo, hi, facecolor=colour, edgecolor="black", lw=0.6)
+        ax.axhspan(
+            lo, hi, facecolor="none", edgecolor="white", lw=0, hatch=STRIP_HATCHES.get(code, "")
+        )
+        if np.log(hi / lo) > 0.12 * np.log(edges[-1] / edges[0]):
+            ink = "white" if code in (-1, 1, 2) else "black"
+            ax.text(0.5, np.sqrt(lo * hi), REGIME_NAMES[code], rotation=90, ha="center",
+                    va="center", fontsize=7, color=ink, transform=ax.get_yaxis_transform(),
+                    bbox={"facecolor": colour, "edgecolor": "none", "pad": 1.0})  # fmt: skip
+    ax.set_yscale("log")
+    ax.set_ylim(edges[0], edges[-1])
+    ax.set_xlim(0, 1)
+    ax.set_xticks([])
+    ax.set_title("regime", fontsize=8)
 
 
 def build(out_dir: Path, quick: bool) -> list[Path]:

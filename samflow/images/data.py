@@ -17,6 +17,13 @@ refuse are :mod:`samflow.images.formats`):
   ``test_batch``) or the archive ``cifar-10-python.tar.gz``, read in place.
 - SVHN cropped digits: ``train_32x32.mat``, ``test_32x32.mat``.
 
+Built in, with no download: ``digits``, scikit-learn's copy of the UCI optical
+handwritten digits (1,797 real 8x8 images, 16 grey levels, shipped inside the
+scikit-learn package, :func:`sklearn.datasets.load_digits`); its pixels 0..16 are
+scaled to 0..255 (``round(v * 255 / 16)``) and it is one split, divided as below.
+``data_dir`` plays no part for it. The ``gradcam`` figure falls back to it when none of
+the others is found.
+
 When only one split is present (e.g. the MNIST test split alone), it is split into
 train and test here, with a seed, and :attr:`ImageDataset.split_note` says so. Train
 and test images of different shapes are refused. Binary tasks made from a data set
@@ -43,6 +50,16 @@ from samflow.images.formats import (
 )
 
 DATASETS: tuple[str, ...] = ("mnist", "cifar10", "svhn")
+"""The data sets read from files in a data directory (``samflow data download`` fetches them)."""
+BUILTIN: tuple[str, ...] = ("digits",)
+"""The data sets that ship inside an installed package: no download, no data directory."""
+TITLES: dict[str, str] = {
+    "mnist": "MNIST",
+    "cifar10": "CIFAR-10",
+    "svhn": "SVHN",
+    "digits": "8x8 digits built into scikit-learn (load_digits, no download)",
+}
+"""How figures name each data set."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +67,10 @@ class ImageDataset:
     """A data set read from disk.
 
     Attributes:
-        name: ``mnist``, ``cifar10`` or ``svhn``.
+        name: ``mnist``, ``cifar10``, ``svhn`` or ``digits``.
         train: the training split.
         test: the test split.
-        source: where it was read from (a path).
+        source: where it was read from (a path; for ``digits``, the package).
         split_note: empty when both splits were on disk; otherwise how train and test
             were made from the one split that was there.
     """
@@ -159,7 +176,39 @@ def _load_svhn(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
     raise _missing("svhn", "train_32x32.mat, test_32x32.mat", data_dir)
 
 
-_LOADERS = {"mnist": _load_mnist, "cifar10": _load_cifar10, "svhn": _load_svhn}
+DIGITS_LEVELS = 16
+"""load_digits' pixels are counts 0..16 (of 4x4 blocks of a 32x32 bitmap)."""
+
+
+def _load_digits(data_dir: Path) -> tuple[dict[str, ImageSplit], str]:
+    """scikit-learn's 1,797 8x8 digits as one split; ``data_dir`` is not used."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise InputError(
+            f"the built-in digits need scikit-learn ({err}); pip install scikit-learn"
+        ) from None
+    import sklearn
+
+    raw = load_digits()
+    pixels = np.asarray(raw.images, dtype=np.float64)
+    if pixels.shape[1:] != (8, 8) or pixels.min() < 0 or pixels.max() > DIGITS_LEVELS:
+        raise InputError(
+            f"scikit-learn's load_digits gave images {pixels.shape} in "
+            f"[{pixels.min():g}, {pixels.max():g}], expected [n, 8, 8] in [0, {DIGITS_LEVELS}]"
+        )
+    images = np.rint(pixels * (255 / DIGITS_LEVELS)).astype(np.uint8)[..., None]
+    labels = np.asarray(raw.target, dtype=np.int64)
+    source = f"scikit-learn {sklearn.__version__} sklearn.datasets.load_digits (built in)"
+    return {"train": ImageSplit(images, labels)}, source
+
+
+_LOADERS = {
+    "mnist": _load_mnist,
+    "cifar10": _load_cifar10,
+    "svhn": _load_svhn,
+    "digits": _load_digits,
+}
 
 
 def load_dataset(
@@ -175,7 +224,7 @@ def load_dataset(
     test split and the rest the training split; ``split_note`` records this.
     """
     if name not in _LOADERS:
-        raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+        raise InputError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS + BUILTIN)}")
     root = resolve_data_dir(data_dir)
     found, source = _LOADERS[name](root)
     shapes = {split: s.images.shape[1:] for split, s in found.items()}
@@ -191,9 +240,14 @@ def load_dataset(
     order = rng.permutation(split.n)
     n_test = max(1, round(test_fraction * split.n))
     test_idx, train_idx = order[:n_test], order[n_test:]
+    found_in = (
+        f"{source} is one set of {split.n} images"
+        if name in BUILTIN
+        else f"only the {only} split was found in {source}"
+    )
     note = (
-        f"only the {only} split was found in {source}; it was split at random "
-        f"(seed {split_seed}) into {train_idx.size} training and {test_idx.size} test images"
+        f"{found_in}; it was split at random (seed {split_seed}) into "
+        f"{train_idx.size} training and {test_idx.size} test images"
     )
     return ImageDataset(
         name,

@@ -21,7 +21,7 @@ from samflow.images.attribution import (
     Background,
     background_mask,
 )
-from samflow.images.models import DEFAULT_CHANNELS, check_conv, make_classifier
+from samflow.images.models import check_conv, default_channels, make_classifier
 from samflow.images.results import DEFAULT_MATCH_LOSS, build_dataset
 from samflow.images.train import (
     TrainConfig,
@@ -92,7 +92,7 @@ def study(
     batch: int | None = DEFAULTS["batch"],
     seeds: int = DEFAULTS["seeds"],
     model: str = "cnn",
-    channels: tuple[int, ...] = DEFAULT_CHANNELS,
+    channels: tuple[int, ...] | None = None,
     conv: str = "auto",
     n_train: int = DEFAULTS["n_train"],
     n_test: int = DEFAULTS["n_test"],
@@ -115,7 +115,10 @@ def study(
     the SAM - GD differences in the result are paired. ``batch=None`` (or 0): full
     batch. ``conv`` chooses how the CNN's convolutions are computed
     (:func:`samflow.images.models.conv_same`; the numbers agree to float32 rounding).
-    ``log`` gets the progress lines (``lambda _: None`` for none). ``background``:
+    ``channels``: the CNN's conv widths; None:
+    :func:`samflow.images.models.default_channels` of the image size (8, 16, 32; 8, 16
+    for the 8x8 digits). ``log`` gets the progress lines (``lambda _: None`` for
+    none). ``background``:
     ``dark`` (brightness below ``background_threshold``) or ``border`` (outside the
     centred box of side ``background_box``; :class:`samflow.images.attribution.Background`).
     ``min_accuracy``: a run whose final test accuracy is below it did not learn; its
@@ -144,6 +147,8 @@ def study(
     )
     n_train, n_test = task.x_train.shape[0], task.x_test.shape[0]
     height, width = task.x_train.shape[2:]
+    if channels is None:
+        channels = default_channels(height, width)
     if model == "cnn" and min(height, width) < 2 ** (len(channels) - 1):
         raise InputError(
             f"channels {','.join(map(str, channels))}: {len(channels)} conv layers "

@@ -33,6 +33,9 @@ from samflow.errors import InputError
 PyTree = Any
 MODELS: tuple[str, ...] = ("cnn", "diagonal")
 DEFAULT_CHANNELS: tuple[int, ...] = (8, 16, 32)
+MIN_MAP_SIDE = 3
+"""The smallest last conv map (per side) that :func:`default_channels` allows: Grad-CAM
+is that map, upsampled, so a 2x2 map says little more than "left or right"."""
 CONVS: tuple[str, ...] = ("auto", "lax", "shifted")
 
 
@@ -108,6 +111,20 @@ def check_conv(conv: str) -> None:
     """A one-line error for an unknown convolution implementation."""
     if conv not in CONVS:
         raise InputError(f"unknown conv {conv!r}; choose one of {', '.join(CONVS)}")
+
+
+def default_channels(height: int, width: int) -> tuple[int, ...]:
+    """:data:`DEFAULT_CHANNELS`, less conv blocks from the end while the last conv map
+    (``H // 2 ** (len(channels) - 1)`` a side) would be smaller than :data:`MIN_MAP_SIDE`.
+
+    MNIST (28x28: a 7x7 map), SVHN and CIFAR-10 (32x32: 8x8) keep all three blocks; the
+    built-in 8x8 digits get ``(8, 16)``: one pooling, a 4x4 map (three blocks would
+    leave 2x2), and a logit homogeneous of degree 3 in the weights instead of 4.
+    """
+    channels = DEFAULT_CHANNELS
+    while len(channels) > 1 and min(height, width) // 2 ** (len(channels) - 1) < MIN_MAP_SIDE:
+        channels = channels[:-1]
+    return channels
 
 
 def _avg_pool2(x: Array) -> Array:

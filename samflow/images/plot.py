@@ -23,6 +23,7 @@ import xarray as xr
 
 from samflow.errors import InputError
 from samflow.images.attribution import DEFAULT_BOX, Background
+from samflow.images.data import TITLES
 from samflow.io import save_figure
 
 COLUMNS = (("gd", "GD"), ("sam-l2", "l2-SAM"))
@@ -83,7 +84,7 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
         ax.set_yticks([])
     n_seeds = ds.sizes["seed"]
     fig.suptitle(
-        f"{ds.attrs.get('dataset', '')} {' vs '.join(classes)}: alpha={alpha:g}, "
+        f"{_dataset_title(ds)}\n{' vs '.join(classes)}: alpha={alpha:g}, "
         f"rho={ds.attrs.get('rho')}, {ds.attrs.get('steps')} steps\n"
         f"Grad-CAM of seed 0 (background share: mean ± sd over {n_seeds} seeds)\n"
         f"cyan line: edge of the background ({_background_text(background)})",
@@ -93,6 +94,11 @@ def gradcam_figure(ds: xr.Dataset, paths: list[str | os.PathLike], n_rows: int =
     written = [save_figure(fig, path) for path in paths]
     plt.close(fig)
     return written
+
+
+def _dataset_title(ds: xr.Dataset) -> str:
+    name = str(ds.attrs.get("dataset", ""))
+    return TITLES.get(name, name)
 
 
 def _background_text(background: Background) -> str:
@@ -143,7 +149,7 @@ def alpha_figure(ds: xr.Dataset, paths: list[str | os.PathLike]) -> list[Path]:
     axes[0].set_ylabel("Grad-CAM background share")
     axes[0].legend(fontsize=8)
     fig.suptitle(
-        f"{ds.attrs.get('dataset', '')}: background share against alpha, mean and 95% "
+        f"{_dataset_title(ds)}: background share against alpha, mean and 95% "
         f"interval over {ds.sizes['seed']} seeds (rho = {ds.attrs.get('rho')})",
         fontsize=9,
     )

@@ -25,11 +25,14 @@ DEFAULT_CLASSES: dict[str, tuple[int, int]] = {
     # airplane vs automobile: the first two classes; a small CNN separates them in a few
     # hundred steps, and sky backgrounds make "dark pixels" differ between the classes.
     "cifar10": (0, 1),
+    # The built-in 8x8 digits (no download): the MNIST pair again, at 8x8.
+    "digits": (3, 8),
 }
 
 CLASS_NAMES: dict[str, tuple[str, ...]] = {
     "mnist": tuple(str(k) for k in range(10)),
     "svhn": tuple(str(k) for k in range(10)),
+    "digits": tuple(str(k) for k in range(10)),
     "cifar10": (
         "airplane",
         "automobile",
