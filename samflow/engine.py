@@ -293,26 +293,35 @@ def _not_classified(setup: Setup, out: dict) -> None:
         del out["regime"], out["unresolved_reason"], out["limit_coord"]
 
 
-def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho, eta) -> Array:
+def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth, rho, eta) -> Array:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``.
 
     The collapse: ``max_j |beta_j|`` fell ``singular_log_range`` below its start (the
-    path observer's frozen floor). A certificate: on the balanced step (equal layers,
-    the paper's model; :mod:`samflow.balanced`) of one point ``mu > 0`` with ``y = +1``,
-    the rule's :meth:`samflow.rules.BalancedFlow.fate` for the discrete map with step
-    ``eta`` at the last record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must
-    also be positive).
+    path observer's frozen floor). A certificate: for a run whose layers stay equal
+    (every real layer of ``theta0`` ``[L_max, d, *batch]`` equal, the paper's model,
+    full batch, a rule that treats layers alike: :mod:`samflow.balanced`, whichever
+    step ran) on one point ``mu > 0`` with ``y = +1``, the rule's
+    :meth:`samflow.rules.BalancedFlow.fate` for the discrete map with step ``eta`` at
+    the last record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must also be
+    positive).
     """
     path, floor = traj.watched
     collapsed = jnp.isinf(floor)
     closed = setup.rule.balanced
     if (
-        setup.step_path != balanced.BALANCED
-        or closed is None
+        closed is None
         or closed.fate is None
         or X.shape[0] != 1
+        or setup.sampling is not None
+        or not setup.model.default
+        or not setup.rule.treats_layers_alike
     ):
         return jnp.where(collapsed, fates.COLLAPSE, fates.OPEN).astype(jnp.int32)
+    real = layer_mask(
+        jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:]), theta0.shape[0], theta0.dtype
+    )
+    real = real.reshape(theta0.shape[0], 1, *theta0.shape[2:]) > 0
+    equal = jnp.all((theta0 == theta0[:1]) | ~real, axis=(0, 1))
     beta_last = traj.tracker[0].beta_last  # [d, *batch]
     mu = jnp.broadcast_to(X[0], beta_last.shape)
     depth = jnp.broadcast_to(jnp.asarray(depth), beta_last.shape[1:])
@@ -322,12 +331,13 @@ def _discrete_fate(setup: Setup, traj, X: Array, y: Array, depth, rho, eta) -> A
     code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(s, mu, depth, rho, eta)
     at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
+    certified = equal & one_point
     settled = (
-        one_point & (code == fates.LEADS) & (path.lead == winner) & ((depth > 1) | (at_winner > 0))
+        certified & (code == fates.LEADS) & (path.lead == winner) & ((depth > 1) | (at_winner > 0))
     )
-    return jnp.select([collapsed, settled], [fates.COLLAPSE, fates.SETTLED], fates.OPEN).astype(
-        jnp.int32
-    )
+    collapsed |= certified & (code == fates.COLLAPSE)
+    fate = jnp.select([collapsed, settled], [fates.COLLAPSE, fates.SETTLED], fates.OPEN)
+    return fate.astype(jnp.int32)
 
 
 def _discrete_tile(setup: Setup) -> Callable:
@@ -373,7 +383,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             plateau_fraction=setup.plateau_fraction,
             path=traj.watched[0],
             major=major,
-            fate=_discrete_fate(setup, traj, X, y, depth, rho, eta),
+            fate=_discrete_fate(setup, traj, theta0, X, y, depth, rho, eta),
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)

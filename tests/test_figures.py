@@ -165,7 +165,8 @@ def test_gradcam_figure_on_a_machine_without_image_data(tmp_path, monkeypatch, c
     monkeypatch.setattr(plot.plt, "close", shown.append)  # keep the figure to read it
     out = tmp_path / "figs"
     assert main(["figures", "--only", "gradcam", "--quick", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    shown_text = capsys.readouterr()
+    printed = shown_text.out + shown_text.err  # why a data set was skipped: on stderr
     assert "skipped mnist" in printed and "using the built-in digits" in printed
     for suffix in ("png", "pdf"):
         assert (out / f"gradcam_digits.{suffix}").stat().st_size > 10_000

@@ -415,11 +415,13 @@ def test_squared_loss_on_one_point_is_allowed():
 
 
 def test_default_sweep_key_is_unchanged():
-    """The paper's model keeps its sweep key (so old stores resume): the key below is
-    the one computed before the model options existed (commit 850addb)."""
+    """The paper's model keeps its sweep key when options are added, so stores resume; it
+    changed once on purpose, with the meaning of its labels (``LABELS``: labels of the
+    limit, docs/theory.md §6.1), so that no chunk labelled under the old meaning (key
+    7dca2231ec6b9a49, commit 850addb) is ever resumed into a new sweep."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert not spec.summaries and spec.key() == "7dca2231ec6b9a49"
+    assert not spec.summaries and spec.key() == "81fb7a2dbd049a4a"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 
