@@ -4,6 +4,7 @@ decided, so that no longer run contradicts it."""
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
+from scipy.special import logsumexp
 
 import samflow
 from samflow.regimes import (
@@ -148,14 +149,18 @@ def test_depth_4_near_collapse_stays_unresolved_while_shrinking():
     assert int(ds["regime"]) == UNRESOLVED and int(ds["unresolved_reason"]) == SHRINKING
 
 
+def _norm_m(s):
+    """N = sqrt(2 sum_k mu_k^2 e^(2 s_k)) by a log-sum-exp (no overflow at large s)."""
+    return np.exp(0.5 * (np.log(2) + logsumexp(2 * np.log(MU) + 2 * s)))
+
+
 def _l2_flow_l2(alpha, rho, tau):
     """Independent float64 integration of the balanced l2-SAM flow at L = 2 in log space:
     ds_j/dtau = mu_j (1 - rho mu_j / N), N = sqrt(2 sum mu_k^2 e^(2 s_k))."""
     mu = np.asarray(MU)
 
     def f(t, s):
-        N = np.sqrt(2 * np.sum(mu**2 * np.exp(2 * s)))
-        return mu * (1 - rho * mu / N)
+        return mu * (1 - rho * mu / _norm_m(s))
 
     s0 = np.log(np.full(len(MU), alpha))
     sol = solve_ivp(f, (0, tau), s0, rtol=1e-11, atol=1e-12, dense_output=True)
@@ -164,7 +169,7 @@ def _l2_flow_l2(alpha, rho, tau):
 
 def test_the_l2_certificate_is_an_invariant_region():
     """Where samflow says a run is decided by the L = 2 certificate (direct at alpha = 1,
-    sequential at alpha = 0.5), an independent integration to ten times the stop shows
+    sequential at alpha = 0.5), an independent integration to five times the stop shows
     the major leading from the stop on, at 200 checkpoints."""
     mu = np.asarray(MU)
     for alpha, regime in ((1.0, DIRECT), (0.5, 2)):
@@ -172,9 +177,8 @@ def test_the_l2_certificate_is_an_invariant_region():
             "sam-l2", depth=2, mu=MU, alpha=alpha, rho=1.0, runner=samflow.Flow(tau_max=30.0)
         )
         assert int(ds["regime"]) == regime
-        sol = _l2_flow_l2(alpha, 1.0, 300.0)
-        for t in np.linspace(30.0, 300.0, 200):
+        sol = _l2_flow_l2(alpha, 1.0, 150.0)
+        for t in np.linspace(30.0, 150.0, 200):
             s = sol.sol(t)
             assert np.argmax(s) == 3
-            N = np.sqrt(2 * np.sum(mu**2 * np.exp(2 * s)))
-            assert N > 1.0 * (mu[-1] + mu[-2])  # still inside the region
+            assert _norm_m(s) > 1.0 * (mu[-1] + mu[-2])  # still inside the region
