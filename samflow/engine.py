@@ -308,19 +308,12 @@ def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth,
     path, floor = traj.watched
     collapsed = jnp.isinf(floor)
     closed = setup.rule.balanced
-    if (
-        closed is None
-        or closed.fate is None
-        or X.shape[0] != 1
-        or setup.sampling is not None
-        or not setup.model.default
-        or not setup.rule.treats_layers_alike
-    ):
+    alike = balanced.setting_applies("discrete", setup.rule, setup.model, setup.sampling)
+    if closed is None or closed.fate is None or X.shape[0] != 1 or not alike:
         return jnp.where(collapsed, fates.COLLAPSE, fates.OPEN).astype(jnp.int32)
-    real = layer_mask(
-        jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:]), theta0.shape[0], theta0.dtype
-    )
-    real = real.reshape(theta0.shape[0], 1, *theta0.shape[2:]) > 0
+    # Per point (balanced.equal_layers asks it of the whole batch, on the host).
+    depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
+    real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
     equal = jnp.all((theta0 == theta0[:1]) | ~real, axis=(0, 1))
     beta_last = traj.tracker[0].beta_last  # [d, *batch]
     mu = jnp.broadcast_to(X[0], beta_last.shape)
