@@ -1,10 +1,11 @@
 # Two commands on a fresh machine (Python 3.11 + pip): `make demo`, `make test`.
+# `make docs` builds the documentation site into site/.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 
-.PHONY: demo test lint format bench figures clean
+.PHONY: demo test lint format docs bench figures clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -23,7 +24,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+# The site, warnings as errors: a broken link or anchor, a missing page or picture, or a
+# public name without a reference entry fails. (Not --quiet: it hides the warnings from
+# --strict, and a broken link would pass.)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+test: lint docs
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
 format: $(STAMP)
@@ -39,4 +46,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m benchmarks.bench
 
 clean:
-	rm -rf out .pytest_cache
+	rm -rf out site .pytest_cache

@@ -2,8 +2,9 @@
 
 ``make bench`` (or ``python -m benchmarks.bench``) runs every case, prints the table and
 writes ``benchmarks/results/latest.json`` and ``latest.md`` (``partial.*`` with ``--only``,
-so a partial run leaves the full table alone), and puts the table into the
-README between its bench markers. ``--quick`` shrinks every case (a smoke test).
+so a partial run leaves the full table alone), and puts the table into the benchmarks
+page of the documentation (``docs/benchmarks.md``) between its bench markers.
+``--quick`` shrinks every case (a smoke test).
 
 Unit: coordinate-steps per second = grid points x d x steps / seconds; flows:
 trajectories per second at the stated tolerance. Every figure is the median of
@@ -32,7 +33,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-README = ROOT / "README.md"
+DOCS_PAGE = ROOT / "docs" / "benchmarks.md"
 MARK_START, MARK_END = "<!-- bench:start -->", "<!-- bench:end -->"
 MU4 = (1.0, 2.0, 3.0, 4.0)
 ETA = 0.01
@@ -588,15 +589,16 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update_readme(table: str) -> None:
-    if not README.exists():
+def update_docs(table: str) -> None:
+    """Put ``table`` between the bench markers of the documentation's benchmarks page."""
+    if not DOCS_PAGE.exists():
         return
-    text = README.read_text()
+    text = DOCS_PAGE.read_text()
     if MARK_START not in text:
         return
     head, rest = text.split(MARK_START, 1)
     _, tail = rest.split(MARK_END, 1)
-    README.write_text(f"{head}{MARK_START}\n{table}{MARK_END}{tail}")
+    DOCS_PAGE.write_text(f"{head}{MARK_START}\n{table}{MARK_END}{tail}")
 
 
 def main(argv=None) -> int:
@@ -605,7 +607,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
     p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 7 8 mem")
-    p.add_argument("--no-readme", action="store_true")
+    p.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
     from samflow.host_memory import reuse_host_memory
@@ -735,8 +737,8 @@ def main(argv=None) -> int:
     table = markdown(results)
     (RESULTS / f"{stem}.md").write_text(table)
     print(table)
-    if full and not args.no_readme and args.only is None:
-        update_readme(table)
+    if full and not args.no_docs and args.only is None:
+        update_docs(table)
     return 0
 
 

@@ -1,0 +1,221 @@
+"""mkdocs hooks: the pages that are generated from the code, so that they cannot drift.
+
+- ``cli.md``: every subcommand's ``--help``, from the parsers of :mod:`samflow.cli`;
+- ``files.md``: every variable and attribute of every kind of file, from
+  :mod:`samflow.schema`;
+- ``gallery.md``: every figure of :data:`samflow.figures.FIGURES`, its module's
+  docstring, its picture in ``docs/gallery/`` and the command that builds it;
+- ``reference.md``: ``::: samflow.NAME`` becomes the name's module path (from
+  ``samflow._WHERE``), and a public name of ``samflow.__all__`` missing from the page
+  fails the build.
+
+Each page holds a marker (``<!-- cli -->``, ``<!-- schema:KIND -->``, ``<!-- gallery
+-->``) where the generated text goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+from mkdocs.exceptions import PluginError
+
+DOCS = Path(__file__).resolve().parent
+HELP_WIDTH = "86"
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    name = page.file.src_uri
+    if name == "cli.md":
+        return markdown.replace("<!-- cli -->", cli_page())
+    if name == "files.md":
+        return re.sub(r"<!-- schema:(\w+) -->", lambda m: schema_tables(m.group(1)), markdown)
+    if name == "gallery.md":
+        return markdown.replace("<!-- gallery -->", gallery())
+    if name == "reference.md":
+        return reference(markdown)
+    return markdown
+
+
+# ---- The command line ---------------------------------------------------------------
+
+
+def cli_page() -> str:
+    from samflow.cli import LAZY_COMMANDS, build_parser
+
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_WIDTH  # argparse wraps to the terminal's width
+    try:
+        top = build_parser()
+        out = [_help_block("samflow", top, level=2)]
+        for command in _subparsers(top):
+            # a lazy command's options exist only once its module is imported
+            parser = build_parser([command]) if command in LAZY_COMMANDS else top
+            out += _commands(f"samflow {command}", _subparsers(parser)[command], level=2)
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+    return "\n".join(out)
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _commands(prog: str, parser: argparse.ArgumentParser, level: int) -> list[str]:
+    out = [_help_block(prog, parser, level)]
+    for name, sub in _subparsers(parser).items():
+        out += _commands(f"{prog} {name}", sub, level + 1)
+    return out
+
+
+def _help_block(prog: str, parser: argparse.ArgumentParser, level: int) -> str:
+    anchor = prog.replace(" ", "-")
+    return f"{'#' * level} `{prog}` {{ #{anchor} }}\n\n```text\n{parser.format_help()}```\n"
+
+
+# ---- The file format ----------------------------------------------------------------
+
+TEMPLATE_FIELDS = {
+    "tau_name": "rescaled time tau (one point, margin loss), else the time eta * steps",
+    "tau_symbol": "tau or t",
+    "loss_name": "the run's",
+    "match_loss": "the matched",
+    "j": "j",
+}
+
+
+def schema_tables(kind: str) -> str:
+    from samflow import schema
+
+    if kind not in schema.SCHEMAS:
+        raise PluginError(f"files.md: no schema of kind {kind!r} (kinds: {list(schema.SCHEMAS)})")
+    s = schema.SCHEMAS[kind]
+    rows = ["| name | dims | dtype | units | meaning | there |", "|---|---|---|---|---|---|"]
+    notes = []
+    for name, var in s.variables.items():
+        dims = ", ".join("&lt;grid&gt;" if d == schema.GRID else d for d in var.dims)
+        dtype = "float (the run's)" if var.dtype == schema.FLOAT else var.dtype
+        role = " (coordinate)" if var.coord else ""
+        meaning, more = _meaning(var)
+        rows.append(
+            f"| `{name}`{role} | {dims or 'scalar'} | {dtype} | `{var.units}` | "
+            f"{_cell(meaning)} | {_cell(_when(var.when, var.classified))} |"
+        )
+        notes += [f"- `{name}`, {key}: {_cell(text)}" for key, text in more]
+    attrs = ["| attribute | meaning | there |", "|---|---|---|"]
+    for name, attr in s.attrs.items():
+        when = _when(attr.when, attr.classified)
+        attrs.append(f"| `{name}` | {_cell(_fill(attr.meaning))} | {_cell(when)} |")
+    notes = ["", "Notes:", "", *notes] if notes else []
+    return "\n".join(["**Variables**", "", *rows, *notes, "", "**Global attributes**", "", *attrs])
+
+
+def _meaning(var) -> tuple[str, list[tuple[str, str]]]:
+    """The variable's meaning for its table row, and its longer CF notes for below."""
+    text = _fill(var.long_name)
+    extra = dict(var.attrs)
+    if "flag_meanings" in extra:
+        values = [int(v) for v in extra.pop("flag_values")]
+        pairs = zip(values, str(extra.pop("flag_meanings")).split(), strict=True)
+        text += ". Values: " + ", ".join(f"{v} {m}" for v, m in pairs)
+    extra.pop("symbol", None)
+    return text, [(key, _fill(str(value))) for key, value in extra.items()]
+
+
+def _fill(text: str) -> str:
+    return re.sub(r"\{(\w+)(?::[^}]*)?\}", lambda m: TEMPLATE_FIELDS.get(m[1], m[0]), text)
+
+
+def _when(when: str | None, classified: bool) -> str:
+    parts = ([when] if when else []) + (["where the model classifies"] if classified else [])
+    return "; ".join(parts) or "always"
+
+
+def _cell(text: str) -> str:
+    """Plain text in a table cell: no table, emphasis or HTML syntax."""
+    for a, b in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "&#124;"), ("*", r"\*")):
+        text = text.replace(a, b)
+    return text.replace("_", r"\_")
+
+
+# ---- The gallery --------------------------------------------------------------------
+
+
+def gallery() -> str:
+    from samflow.figures import FIGURES
+
+    out = []
+    for number, name in enumerate(FIGURES, 1):
+        picture = DOCS / "gallery" / f"{name}.png"
+        if not picture.exists():
+            raise PluginError(
+                f"gallery.md: no picture docs/gallery/{name}.png (build it with "
+                f"`samflow figures --quick --only {name}` and copy its PNG there)"
+            )
+        title, body = _docstring(name)
+        out += [
+            f"## {number}. `{name}` {{ #{name} }}",
+            "",
+            f"**{title}**",
+            "",
+            f"[![{name}](gallery/{name}.png)](gallery/{name}.png)",
+            "",
+            "```bash",
+            f"samflow figures --quick --only {name} --out figures",
+            "```",
+            "",
+            body,
+            "",
+            f"More: [{name} in detail](figures.md#{name}).",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def _docstring(name: str) -> tuple[str, str]:
+    """The first paragraph and the rest of figure ``name``'s module docstring, read from
+    its source (importing the figures would import JAX and matplotlib)."""
+    spec = importlib.util.find_spec(f"samflow.figures.{name}")
+    if spec is None or spec.origin is None:
+        raise PluginError(f"gallery.md: no module samflow.figures.{name}")
+    doc = ast.get_docstring(ast.parse(Path(spec.origin).read_text())) or name
+    title, _, body = doc.partition("\n\n")
+    return _rst(" ".join(title.split())), _rst(body)
+
+
+def _rst(text: str) -> str:
+    text = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", text)  # :func:`x` -> `x`
+    return text.replace("``", "`")
+
+
+# ---- The API reference --------------------------------------------------------------
+
+
+def reference(markdown: str) -> str:
+    import samflow
+
+    where = {**samflow._WHERE, "InputError": "samflow.errors", "__version__": "samflow.version"}
+    named = set()
+
+    def resolve(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in where:
+            raise PluginError(f"reference.md: samflow.{name} is not a public name")
+        named.add(name)
+        return f"::: {where[name]}.{name}"
+
+    markdown = re.sub(r"^::: samflow\.(\w+)\s*$", resolve, markdown, flags=re.M)
+    missing = sorted(set(samflow.__all__) - named - {"__version__"})
+    if missing:
+        raise PluginError(f"reference.md: public names without an entry: {', '.join(missing)}")
+    return markdown
