@@ -117,7 +117,13 @@ def schema_tables(kind: str) -> str:
         when = _when(attr.when, attr.classified)
         attrs.append(f"| `{name}` | {_cell(_fill(attr.meaning))} | {_cell(when)} |")
     notes = ["", "Notes:", "", *notes] if notes else []
-    return "\n".join(["**Variables**", "", *rows, *notes, "", "**Global attributes**", "", *attrs])
+    parts = ["**Variables**", "", *_styled(rows), *notes, "", "**Global attributes**", ""]
+    return "\n".join([*parts, *_styled(attrs)])
+
+
+def _styled(table: list[str]) -> list[str]:
+    """A table in a block styled by docs/stylesheets/extra.css (names on one line)."""
+    return ['<div class="schema-table" markdown>', "", *table, "", "</div>"]
 
 
 def _meaning(var) -> tuple[str, list[tuple[str, str]]]:
