@@ -5,9 +5,9 @@
   :mod:`samflow.schema`;
 - ``gallery.md``: every figure of :data:`samflow.figures.FIGURES`, its module's
   docstring, its picture in ``docs/gallery/`` and the command that builds it;
-- ``reference.md``: ``::: samflow.NAME`` becomes the name's module path (from
-  ``samflow._WHERE``), and a public name of ``samflow.__all__`` missing from the page
-  fails the build.
+- ``reference.md``: ``::: samflow.NAME`` of a public name becomes the name's module
+  path (from ``samflow._WHERE``), and a public name of ``samflow.__all__`` missing from
+  the page fails the build.
 
 Each page holds a marker (``<!-- cli -->``, ``<!-- schema:KIND -->``, ``<!-- gallery
 -->``) where the generated text goes.
@@ -215,12 +215,12 @@ def reference(markdown: str) -> str:
 
     def resolve(match: re.Match) -> str:
         name = match.group(1)
-        if name not in where:
-            raise PluginError(f"reference.md: samflow.{name} is not a public name")
+        if name not in where:  # a module, or a name under one: mkdocstrings finds it
+            return match.group(0)
         named.add(name)
         return f"::: {where[name]}.{name}"
 
-    markdown = re.sub(r"^::: samflow\.(\w+)\s*$", resolve, markdown, flags=re.M)
+    markdown = re.sub(r"^::: samflow\.(\w+)[ \t]*$", resolve, markdown, flags=re.M)
     missing = sorted(set(samflow.__all__) - named - {"__version__"})
     if missing:
         raise PluginError(f"reference.md: public names without an entry: {', '.join(missing)}")
