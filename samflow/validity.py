@@ -160,6 +160,7 @@ def validity_map(
         long_name="largest top Hessian eigenvalue along the discrete run"
     )
     out = out.merge(curves(out))
+    out.attrs.update(edge_scores(out))
     out.attrs.update(
         history=history or f"samflow.validity.validity_map({method!r}, depth={depth}, ...)",
         method=method,
@@ -389,3 +390,26 @@ def curves(out: xr.Dataset) -> xr.Dataset:
             {"long_name": f"smallest eta whose run meets the {name} edge of stability"},
         )
     return res.assign_coords(alpha=out["alpha"])
+
+
+def edge_scores(out: xr.Dataset) -> dict:
+    """How well each edge of stability predicts the breakdown, as file attributes.
+
+    Over the alphas where both are met: the median of ``|log10(eta_edge /
+    eta_breakdown)|`` (0: the same grid eta), and how many alphas the edge is met without
+    a breakdown on the grid (``false_alarms``) or missed (``misses``).
+    """
+    scores = {}
+    breakdown = out["eta_breakdown"].values
+    for name in ("gd", "sam"):
+        edge = out[f"eta_{name}_edge"].values
+        both = np.isfinite(edge) & np.isfinite(breakdown)
+        error = np.abs(np.log10(edge[both] / breakdown[both]))
+        scores[f"{name}_edge_log10_error_median"] = (
+            float(np.median(error)) if both.any() else np.nan
+        )
+        scores[f"{name}_edge_false_alarms"] = int(
+            np.sum(np.isfinite(edge) & ~np.isfinite(breakdown))
+        )
+        scores[f"{name}_edge_misses"] = int(np.sum(~np.isfinite(edge) & np.isfinite(breakdown)))
+    return scores

@@ -107,3 +107,12 @@ def test_oscillation_needs_a_run_of_reversals(run):
     one = xr.DataArray(np.ones(40), dims="time")
     code = discrete_behaviour(b, one).values
     assert bool(code & OSCILLATION) == (run >= 8)
+
+
+def test_command_refuses_rho_for_gd(tmp_path, capsys):
+    from samflow.cli import main
+
+    argv = ["validity", "--method", "gd", "--rho", "0.1", "--out", str(tmp_path / "v.nc")]
+    assert main(argv) == 2
+    assert "--rho is not an option of --method gd" in capsys.readouterr().err
+    assert not (tmp_path / "v.nc").exists()

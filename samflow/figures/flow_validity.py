@@ -97,6 +97,17 @@ def _ticks(axis, name: str):
     axis.set_minor_formatter(NullFormatter())
 
 
+def _staircase(eta_at, eta, x, y):
+    """The left edges of the cells ``(eta_at[i], alpha[i])`` joined as a staircase (NaN:
+    a break), for a boundary read per alpha row."""
+    xs, ys = [], []
+    for i, e in enumerate(eta_at):
+        left = x[np.searchsorted(eta, e)] if np.isfinite(e) else np.nan
+        xs += [left, left]
+        ys += [y[i], y[i + 1]]
+    return np.array(xs), np.array(ys)
+
+
 def draw_map(ax, ds):
     eta, alpha = ds["eta"].values, ds["alpha"].values
     x, y = _edges(eta), _edges(alpha)
@@ -127,7 +138,8 @@ def draw_map(ax, ds):
         )
         ax.scatter(ee[on], aa[on], marker=marker, s=30, linewidths=1.2, zorder=4, **colours)
     for name, style in EDGE_STYLE.items():
-        ax.plot(ds[f"eta_{name}_edge"].values, alpha, **style, path_effects=HALO, zorder=5)
+        xs, ys = _staircase(ds[f"eta_{name}_edge"].values, eta, x, y)
+        ax.plot(xs, ys, **style, path_effects=HALO, zorder=5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     _ticks(ax.xaxis, "eta")
@@ -193,9 +205,9 @@ def draw(results: dict):
         loc="lower right",
     )
     fig.suptitle(
-        f"Where the rescaled flow stops describing discrete SAM (mu = {mu_label(MU)}; "
+        f"Where the rescaled flow stops describing discrete SAM, mu = {mu_label(MU)}\n"
         "criteria: regime, leader path, hand-off times, limit; grey lines: the flow's "
-        "regime edges)",
+        "regime edges",
         fontsize=10,
     )
     return fig
