@@ -252,6 +252,8 @@ def _paths(flow, disc, tau, tau_end, complete, rtol):
         same = np.array_equal(f_path[idx][:shown], d_path[idx][:shown])
         # Flow hand-offs the discrete run had time to make (with the tolerance).
         due = 1 + int(np.sum(f_tau[idx][1 : min(nf, width)] * (1 + rtol) < tau_end[idx]))
+        if d_path[idx][0] == 0:  # no leader seen: beta did not move (|l'| underflowed)
+            continue
         if not same or nd > nf or nd < min(due, nf):
             path[idx] = DISAGREES
         elif nd == nf and (complete[idx] or due >= nf):
