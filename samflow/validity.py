@@ -49,17 +49,18 @@ CATAPULT_FACTOR = 2.0
 back below that minimum."""
 HANDOFF_RTOL = 0.1
 """Relative tolerance of a hand-off time (docs/theory.md §13: the first-order error of
-the discrete iterates, ~0.5 eta relative at tau = 0.5, stays below it up to eta ~ 0.2)."""
+the iterates, 0.5 eta relative in beta, moves a hand-off by about eta / s, s the slope of
+the crossing; a tenth of the hand-off time is where a timeline reads differently)."""
 CHECK_EVERY = 4
 """Discrete leader checks come every this many steps (docs/theory.md §6): a hand-off is
 late by fewer than 4 steps' increments of tau, added to the tolerance."""
-GD_EDGE = 2.0
+EDGE = 2.0
 """Each edge of stability is met where its index (``eta lambda_max`` for GD) reaches 2."""
 TAU_CAP_FACTOR = 100.0
+"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``)."""
 TAU_COVER_MIN = 5.0
 """Rescaled time the smallest eta covers at least: room after the last hand-off for the
 discrete run to meet its certificate (docs/theory.md §6.1)."""
-"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``)."""
 
 
 def validity_map(
@@ -385,7 +386,7 @@ def curves(out: xr.Dataset) -> xr.Dataset:
         {"long_name": "smallest eta at which some criterion disagrees"},
     )
     for name in ("gd", "sam"):
-        met = out[f"{name}_edge_index"].values >= GD_EDGE
+        met = out[f"{name}_edge_index"].values >= EDGE
         res[f"eta_{name}_edge"] = (
             "alpha",
             smallest(met),

@@ -116,3 +116,21 @@ def test_command_refuses_rho_for_gd(tmp_path, capsys):
     assert main(argv) == 2
     assert "--rho is not an option of --method gd" in capsys.readouterr().err
     assert not (tmp_path / "v.nc").exists()
+
+
+@pytest.mark.parametrize("returns", [True, False])
+def test_catapult_is_a_spike_that_returns(returns):
+    """A loss that jumps above CATAPULT_FACTOR times its running minimum is a catapult
+    only if it later falls back below that minimum (a collapse, whose loss rises to
+    log 2 and stays, is not one)."""
+    import xarray as xr
+
+    from samflow.validity import CATAPULT
+
+    loss = np.geomspace(1.0, 0.1, 30)
+    loss[12:16] = 2.0  # above 2 * loss[11] = 0.84
+    if not returns:
+        loss[16:] = 2.0
+    b = xr.DataArray(np.linspace(0.0, 1.0, 30)[:, None], dims=("time", "coord"))
+    code = discrete_behaviour(b, xr.DataArray(loss, dims="time")).values
+    assert bool(code & CATAPULT) == returns
