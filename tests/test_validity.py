@@ -19,7 +19,7 @@ from samflow.validity import (
 MU = (1.0, 2.0, 3.0, 4.0)
 
 
-def test_small_eta_end_agrees_with_the_flow():
+def test_small_eta_end_agrees_with_the_flow(tmp_path):
     """Below a derived step size every criterion agrees.
 
     Derivation (docs/theory.md §13), balanced L = 2: a step multiplies ``u_j`` by
@@ -47,6 +47,19 @@ def test_small_eta_end_agrees_with_the_flow():
         assert (ds[f"{c}_agrees"].values == AGREES).all(), c
     assert (ds["discrete_behaviour"].values == 0).all()
     assert np.isfinite(ds["eta_valid_regime"].values).all()
+    assert np.isnan(ds["eta_sam_edge"].values).all()  # no eigenvalue tracked: not known
+    assert _draws(ds, tmp_path)
+
+
+def _draws(ds, tmp_path):
+    import matplotlib.pyplot as plt
+
+    from samflow.figures.flow_validity import draw
+
+    fig = draw({"": ds})
+    fig.savefig(tmp_path / "map.png")
+    plt.close(fig)
+    return (tmp_path / "map.png").stat().st_size > 0
 
 
 def _quadratic(method, eta, rho, w0, steps):

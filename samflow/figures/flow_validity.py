@@ -45,6 +45,7 @@ MARKERS = {
     DIVERGENCE: ("x", "divergence"),
 }
 HALO = [patheffects.withStroke(linewidth=3, foreground="white")]
+HALO_BLACK = [patheffects.withStroke(linewidth=2.6, foreground="black")]
 CURVE_STYLE = {
     "regime": {"color": OKABE_ITO[3], "ls": "-", "marker": "o"},
     "path": {"color": OKABE_ITO[0], "ls": "--", "marker": "s"},
@@ -133,10 +134,20 @@ def draw_map(ax, ds):
     ee, aa = np.meshgrid(eta, alpha)
     for bit, (marker, _) in MARKERS.items():
         on = (code & bit) > 0
-        colours = (
-            {"color": "white"} if marker == "x" else {"facecolors": "none", "edgecolors": "white"}
+        # White with a black edge: seen on every cell colour, and in greyscale.
+        ax.scatter(
+            ee[on],
+            aa[on],
+            marker=marker,
+            s=34,
+            linewidths=1.0,
+            zorder=4,
+            **(
+                {"color": "white", "path_effects": HALO_BLACK}  # x has no face
+                if marker == "x"
+                else {"facecolors": "white", "edgecolors": "black"}
+            ),
         )
-        ax.scatter(ee[on], aa[on], marker=marker, s=30, linewidths=1.2, zorder=4, **colours)
     for name, style in EDGE_STYLE.items():
         xs, ys = _staircase(ds[f"eta_{name}_edge"].values, eta, x, y)
         ax.plot(xs, ys, **style, path_effects=HALO, zorder=5)
@@ -190,7 +201,7 @@ def draw(results: dict):
     cbar = fig.colorbar(mesh, ax=axes[0, :], ticks=range(len(CRITERIA) + 1), shrink=0.9)
     cbar.set_label("criteria that agree with the flow")
     behaviour = [
-        Line2D([], [], marker=m, ls="none", color="black", mfc="none", label=name)
+        Line2D([], [], marker=m, ls="none", mfc="white", mec="black", color="black", label=name)
         for m, name in MARKERS.values()
     ]
     edges = [
