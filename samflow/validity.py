@@ -197,7 +197,7 @@ def compare(flow: xr.Dataset, disc: xr.Dataset, handoff_rtol: float = HANDOFF_RT
     # as it gets once it has passed the flow's blow-up time.
     past_blowup = tau_end >= flow["blowup_tau"].values
     complete = (d_regime != 0) | past_blowup
-    path, handoffs = _paths(flow, disc, tau.values, tau_end, complete, handoff_rtol)
+    path, handoffs, shift = _paths(flow, disc, tau.values, tau_end, complete, handoff_rtol)
     # Past a blow-up the regime is read from the path (docs/theory.md §6), the limit is
     # the leader at the end.
     regime = np.where(past_blowup & (d_regime == 0), path, regime)
@@ -225,6 +225,11 @@ def compare(flow: xr.Dataset, disc: xr.Dataset, handoff_rtol: float = HANDOFF_RT
     out["flow_regime"] = flow_alpha["regime"]
     out["flow_limit"] = flow_alpha["limit_coord"]
     out["tau_reached"] = (dims, tau_end, {"long_name": "rescaled time the discrete run reached"})
+    out["handoff_shift"] = (
+        dims,
+        shift,
+        {"long_name": "largest |discrete - flow| hand-off time over the shared hand-offs"},
+    )
     return out
 
 
@@ -232,7 +237,8 @@ _FLOW = ("regime", "limit_coord", "leader_path", "n_leaders", "handoff_tau", "bl
 
 
 def _paths(flow, disc, tau, tau_end, complete, rtol):
-    """Path and hand-off agreement ``[E, A]`` (int8 codes), point by point."""
+    """Path and hand-off agreement ``[E, A]`` (int8 codes), point by point, and the
+    largest shift of a hand-off time in tau over the hand-offs the paths share."""
     f_path, d_path = flow["leader_path"].values, disc["leader_path"].values
     f_n, d_n = flow["n_leaders"].values, disc["n_leaders"].values
     f_tau, d_tau = flow["handoff_tau"].values, disc["handoff_tau"].values
@@ -245,6 +251,7 @@ def _paths(flow, disc, tau, tau_end, complete, rtol):
     width = f_path.shape[-1]
     path = np.full(f_n.shape, UNDECIDED, np.int8)
     hand = np.full(f_n.shape, UNDECIDED, np.int8)
+    shift = np.full(f_n.shape, np.nan)
     for idx in np.ndindex(f_n.shape):
         nf, nd = int(f_n[idx]), int(d_n[idx])
         if nd <= width:
@@ -265,9 +272,10 @@ def _paths(flow, disc, tau, tau_end, complete, rtol):
         k = np.arange(1, shown)
         s = d_step[idx][k]
         late = tau[idx][s] - tau[idx][np.maximum(s - CHECK_EVERY, 0)]
-        ok = np.abs(d_tau[idx][k] - f_tau[idx][k]) <= rtol * f_tau[idx][k] + late
-        hand[idx] = DISAGREES if not ok.all() else path[idx]
-    return path, hand
+        moved = np.abs(d_tau[idx][k] - f_tau[idx][k])
+        shift[idx] = moved.max() if k.size else np.nan
+        hand[idx] = DISAGREES if not (moved <= rtol * f_tau[idx][k] + late).all() else path[idx]
+    return path, hand, shift
 
 
 def discrete_behaviour(
