@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "samflow.commands.trajectory",
     "samflow.commands.phase",
     "samflow.commands.boundary",
+    "samflow.commands.validity",
     "samflow.commands.figures",
     "samflow.commands.demo",
 )

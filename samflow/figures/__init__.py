@@ -11,6 +11,8 @@
 - ``multipoint``: many points with features of different scales (beyond the paper);
 - ``usam``: USAM against l2-SAM, what the normalisation does (beyond the paper);
 - ``discrete_vs_flow``: discrete l2-SAM against its flow, error against eta;
+- ``flow_validity``: where the flow stops describing discrete SAM, over (eta, alpha),
+  with what only the discrete map does and the edges of stability;
 - ``gradcam``: CNN Grad-CAM of GD against l2-SAM for every image data set found (none:
   the 8x8 digits built into scikit-learn);
 - ``phase_plane``: trajectories in the (beta_1, beta_2) plane, GD, l2-SAM, linf-SAM;
@@ -44,6 +46,7 @@ FIGURES = (
     "multipoint",
     "usam",
     "discrete_vs_flow",
+    "flow_validity",
     "gradcam",
     "phase_plane",
     "max_margin_l1",
