@@ -292,7 +292,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "n_points": n,
         "mu": np.asarray(X[0], dtype=np.float64) if n == 1 else None,
         **start,
-        **model_attrs(spec),
+        **spec.model_attrs(),
         "regime_meaning": NAMES[int(r["regime"])] if model.classifies else None,
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,
@@ -301,22 +301,6 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
-
-
-def model_attrs(spec: SweepSpec) -> dict:
-    """File attributes of the model options, each only where it is not the default (a
-    file of the paper's model stays as it was)."""
-    out = {
-        "parametrization": spec.parametrization,
-        "loss": spec.loss,
-        "active_threshold": spec.active_threshold if spec.summaries else None,
-        "beta_star": np.asarray(spec.beta_star) if spec.beta_star else None,
-    }
-    return {
-        k: v
-        for k, v in out.items()
-        if not (k in ("parametrization", "loss") and v == SweepSpec.__dataclass_fields__[k].default)
-    }
 
 
 def _model_call(spec: SweepSpec) -> dict:

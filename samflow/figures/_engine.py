@@ -22,7 +22,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.boundary import CAP_FACTOR
+from samflow._boundary import CAP_FACTOR
 from samflow.engine import one_ahead, run_points, start_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
@@ -64,7 +64,7 @@ def figure_spec(
     """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
 
     ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
-    :data:`samflow.boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
+    :data:`samflow._boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
     figure draws are labels of the limit (docs/theory.md §6.1); off for figures that
     draw no labels."""
     if mode == "discrete":

@@ -26,7 +26,7 @@ from samflow import inputs
 from samflow.errors import InputError
 from samflow.init import layer_rows, random_scales
 from samflow.inputs import check_major
-from samflow.runners import Discrete, Flow, check_counters
+from samflow.runners import Discrete, Flow, check_counters, check_runner
 from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
 if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when it is made
@@ -131,7 +131,7 @@ class SweepSpec:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         inputs.check_method(self.rule)
-        inputs.check_runner(self.runner)
+        check_runner(self.runner)
         set_(self, "depth", inputs.check_depth(self.depth))
         set_(self, "dtype", inputs.check_dtype(self.dtype))
         check_counters(self.runner, self.dtype)
@@ -438,6 +438,22 @@ class SweepSpec:
             summaries=self.summary_set,
             sampling=self.sampling,
         )
+
+    def model_attrs(self) -> dict:
+        """File attributes of the model options, each only where it is not the default (a
+        file of the paper's model stays as it was)."""
+        out = {
+            "parametrization": self.parametrization,
+            "loss": self.loss,
+            "active_threshold": self.active_threshold if self.summaries else None,
+            "beta_star": np.asarray(self.beta_star) if self.beta_star else None,
+        }
+        fields = SweepSpec.__dataclass_fields__
+        return {
+            k: v
+            for k, v in out.items()
+            if not (k in ("parametrization", "loss") and v == fields[k].default)
+        }
 
     @property
     def summary_set(self):

@@ -108,8 +108,6 @@ def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Datas
 def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
     """The settings of a sweep, as file attributes: what it was run with (not what it
     varied), and ``history``."""
-    from samflow.api import model_attrs
-
     varied = set(spec.axis_names)
     return dict(
         method=spec.rule.name,
@@ -130,7 +128,7 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         if spec.sampling is not None and not varied & {"seed", "noise_seed"}
         else None,
         history=history,
-        **model_attrs(spec),
+        **spec.model_attrs(),
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
     )
 
