@@ -47,6 +47,7 @@ import numpy as np
 
 from samflow import inputs
 from samflow.errors import InputError
+from samflow.init import layer_rows
 from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
@@ -175,7 +176,6 @@ class _Regimes:
     def __call__(self, flat: np.ndarray, log_alpha: np.ndarray) -> np.ndarray:
         """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``."""
         from samflow.engine import run_points
-        from samflow.init import layer_rows
         from samflow.sweeps.store import chunk_plan
 
         out = []

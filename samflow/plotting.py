@@ -8,7 +8,9 @@ import xarray as xr
 
 from samflow.errors import InputError
 from samflow.inputs import COLLAPSE_FACTOR
+from samflow.io import save_figure, write_dataset
 from samflow.regimes import NAMES
+from samflow.schema import describe
 from samflow.theory import l2sam_direct_edge
 
 # Okabe-Ito: distinguishable with colour-blindness; line styles keep it readable in grey.
@@ -212,9 +214,6 @@ def save_figure_set(fig, out_dir, name: str, datasets: dict[str, xr.Dataset] | N
     """Write ``name.png``, ``name.pdf`` and the data beside them (``name.nc`` or
     ``name_<key>.nc`` for several Datasets). Returns the paths."""
     from pathlib import Path
-
-    from samflow.io import save_figure, write_dataset
-    from samflow.schema import describe
 
     out_dir = Path(out_dir)
     paths = [save_figure(fig, out_dir / f"{name}.{ext}") for ext in ("png", "pdf")]

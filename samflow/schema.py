@@ -47,6 +47,7 @@ from samflow.regimes import (
     REASON_MEANINGS,
     UNRESOLVED_HOW,
 )
+from samflow.version import __version__
 
 GRID = "..."
 """In a declared dims tuple: the file's grid dims (a sweep's axes; none for a trajectory)."""
@@ -302,8 +303,6 @@ def _attrs(var: Variable, context: Mapping[str, object]) -> dict:
 def library_versions() -> dict[str, str]:
     """Versions of samflow and of the libraries its numbers come from."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from samflow.version import __version__
 
     out = {"samflow_version": __version__}
     for name in LIBRARIES:
