@@ -21,7 +21,7 @@ import numpy as np
 
 from samflow import inputs
 from samflow.errors import InputError
-from samflow.init import balanced, check_alpha, from_array
+from samflow.init import balanced_start, check_alpha, from_array
 from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
@@ -58,12 +58,12 @@ def initial_theta(
         a = check_alpha(alpha)
         if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
-        return _uv(balanced(a, d, depth), parametrization)
+        return _uv(balanced_start(a, d, depth), parametrization)
     if alpha_per_coord is not None:
         a = check_alpha(alpha_per_coord, "alpha-per-coord")
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
-        return _uv(balanced(a, d, depth), parametrization)
+        return _uv(balanced_start(a, d, depth), parametrization)
     theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")

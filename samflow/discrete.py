@@ -176,7 +176,7 @@ def simulate(
     key: Array | None = None,
     model: Model = DEFAULT,
     summaries: Callable | None = None,
-    balanced: bool = False,
+    balanced_step: bool = False,
     sampling: Sampling | None = None,
     point_keys: Array | None = None,
 ) -> Trajectory:
@@ -196,7 +196,7 @@ def simulate(
     parametrisation and loss (static; default the paper's). ``summaries``: static
     ``(theta, mask) -> dict`` of ``[*batch]`` values taken at every record
     (:func:`samflow.summaries.record_summaries`).
-    ``balanced`` (static): every real layer of ``theta0`` is the same vector, the rule
+    ``balanced_step`` (static): every real layer of ``theta0`` is the same vector, the rule
     treats layers alike (:attr:`samflow.rules.PerturbationRule.treats_layers_alike`) and
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
     caller checks the start, :func:`samflow.balanced.applies`).
@@ -208,9 +208,9 @@ def simulate(
     trajectory's draws do not depend on the batch it runs in; default
     ``jax.random.key(0)`` for all), and cuts it into m-sharpness groups. ``tau`` is
     then the plain time ``eta * step``; the recorded loss is the full training loss.
-    They take the general step (``balanced`` must be False).
+    They take the general step (``balanced_step`` must be False).
     """
-    if balanced:
+    if balanced_step:
         if not model.default or sampling is not None:
             raise ValueError("the balanced step runs the paper's model, full batch, only")
         net = balanced_network(theta0, problem, depth, rho, eta, rule)
@@ -287,7 +287,7 @@ def simulate(
         # The balanced beta is a power u^L: inlined into the observer's norm, XLA may fuse
         # |u*u| + ... into multiply-adds that skip the product's rounding, and the record
         # would summarise a beta one ulp away from the beta it keeps. Read it once.
-        return lax.optimization_barrier(b) if balanced else b
+        return lax.optimization_barrier(b) if balanced_step else b
 
     def kept(state, tau, b):
         out = {"tau": tau, "loss": net.loss(state)}

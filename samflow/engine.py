@@ -369,7 +369,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             step_observer=path_observer(major),
             model=setup.model,
             summaries=take,
-            balanced=setup.step_path == balanced.BALANCED,
+            balanced_step=setup.step_path == balanced.BALANCED,
             sampling=setup.sampling,
             point_keys=point_keys,
         )
