@@ -174,21 +174,25 @@ class _Regimes:
         self.n_dev = len(devices.mesh().devices.flat)
 
     def __call__(self, flat: np.ndarray, log_alpha: np.ndarray) -> np.ndarray:
-        """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``."""
-        from samflow.engine import run_points
-        from samflow.sweeps.store import chunk_plan
+        """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``,
+        run in chunks through the sweep's runner (:func:`samflow.sweeps.store.computed`)."""
+        from samflow.sweeps.store import chunk_plan, computed
 
-        out = []
-        _, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
-        for block in blocks:  # run_points pads each to its bucket and the device count
-            points = self.spec.points(flat[block])
-            rows = layer_rows(np.broadcast_to(points.depth, (len(block),)), self.spec.n_layers)
+        def points(at: np.ndarray):  # at: positions in flat (a padded chunk)
+            out = self.spec.points(flat[at])
+            rows = layer_rows(np.broadcast_to(out.depth, (len(at),)), self.spec.n_layers)
             # The base start has alpha = 1 in every real layer: scale those rows.
-            scale = np.where(rows, np.exp(log_alpha[block])[:, None, None], 1.0)
-            points = points._replace(theta0=points.theta0 * scale)
-            out.append(run_points(self.setup, points, self.spec.times())["regime"])
+            scale = np.where(rows, np.exp(log_alpha[at])[:, None, None], 1.0)
+            return out._replace(theta0=out.theta0 * scale)
+
+        chunk, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
+        regimes = []
+        for block, result in zip(
+            blocks, computed(self.setup, self.spec, blocks, chunk, points), strict=True
+        ):
+            regimes.append(result["regime"])
             self.bar.update(len(block))
-        return np.concatenate(out)
+        return np.concatenate(regimes)
 
 
 def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history) -> xr.Dataset:
