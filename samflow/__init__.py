@@ -10,7 +10,7 @@ Where things live:
 
 - :mod:`samflow.rules`: GD / l2-SAM / linf-SAM / USAM as perturbation rules (and yours).
 - :mod:`samflow.steps`: one step over any pytree; :mod:`samflow.transform`: SAM around
-  an optax optimiser; :mod:`samflow.fit`: the discrete runner for any model and loss.
+  an optax optimiser; :func:`samflow.fit`: the discrete runner for any model and loss.
 - :mod:`samflow.model`: the diagonal network (product, u2-v2, uv) and its losses
   (logistic, exponential, squared), explicit gradient and Hessian (:class:`Model`).
 - :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
@@ -27,9 +27,7 @@ Float64 is the default precision, enabled per call (see :mod:`samflow.precision`
 never globally on import.
 """
 
-import sys
 from importlib import import_module
-from types import ModuleType
 
 from samflow.errors import InputError
 from samflow.version import __version__
@@ -45,13 +43,13 @@ _WHERE = {
     "SAM_LINF": "samflow.rules",
     "USAM": "samflow.rules",
     "Discrete": "samflow.runners",
-    "FitResult": "samflow.fit",
+    "FitResult": "samflow._fit",
     "Model": "samflow.model",
     "Flow": "samflow.runners",
     "PerturbationRule": "samflow.rules",
     "SweepSpec": "samflow.sweeps.spec",
-    "boundary": "samflow.boundary",
-    "fit": "samflow.fit",
+    "boundary": "samflow._boundary",
+    "fit": "samflow._fit",
     "get_rule": "samflow.rules",
     "sam": "samflow.transform",
     "sweep": "samflow.api",
@@ -71,16 +69,3 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return __all__
-
-
-class _Package(ModuleType):
-    """``samflow.boundary`` and ``samflow.fit`` are functions, though modules of the same
-    names exist: importing those modules must not rebind the package's names to them."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if isinstance(value, ModuleType) and _WHERE.get(name) == value.__name__:
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -21,7 +21,7 @@ import numpy as np
 
 from samflow import inputs
 from samflow.errors import InputError
-from samflow.init import balanced, check_alpha, from_array
+from samflow.init import balanced_start, check_alpha, from_array
 from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
@@ -58,12 +58,12 @@ def initial_theta(
         a = check_alpha(alpha)
         if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
-        return _uv(balanced(a, d, depth), parametrization)
+        return _uv(balanced_start(a, d, depth), parametrization)
     if alpha_per_coord is not None:
         a = check_alpha(alpha_per_coord, "alpha-per-coord")
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
-        return _uv(balanced(a, d, depth), parametrization)
+        return _uv(balanced_start(a, d, depth), parametrization)
     theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")
@@ -177,50 +177,18 @@ def _summary(theta0: np.ndarray) -> str:
 def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Dataset:
     """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``;
     ``start``: the ``alpha``, ``alpha_per_coord`` or ``theta0_abs_range`` given."""
-    from samflow.engine import Points, Setup, run_points, step_path
-    from samflow.flows import FlowConfig, formulation_for
-    from samflow.init import is_balanced
+    from samflow.engine import run_points, step_path
     from samflow.regimes import MAX_LEADERS, NAMES
     from samflow.schema import TRAJECTORY
-    from samflow.stochastic import seed_key_data
     from samflow.summaries import NAMES as SUMMARY_NAMES
 
     rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
     collapse_factor = spec.collapse_factor
     n, d = X.shape
-    flow = None
     model = spec.model
-    if runner.mode == "flow":
-        positive = n == 1 and bool(np.all(X > 0))
-        balanced = is_balanced(theta0, depth)
-        form = formulation_for(rule, runner.formulation, positive, balanced, model)
-        flow = FlowConfig.of(runner, form, dtype)
-    setup = Setup(
-        rule=rule,
-        mode=runner.mode,
-        dtype=dtype,
-        flow=flow,
-        collapse_factor=collapse_factor,
-        keep=("beta", "theta"),
-        padding=False,
-        sharded=False,
-        major=spec.major(),
-        model=model,
-        summaries=spec.summary_set,
-        sampling=spec.sampling,
-    )
-    eta = runner.eta if runner.mode == "discrete" else 0.0
+    setup = spec.setup(theta0=theta0)
+    points = spec.trajectory_points(theta0)
     seed = spec.seed if spec.sampling is not None else None
-    points = Points(
-        theta0[None],
-        X[None],
-        y,
-        np.array([depth]),
-        np.array([rho]),
-        np.array([eta]),
-        beta_star=np.asarray(spec.beta_star) if spec.beta_star else None,
-        key=None if seed is None else seed_key_data([seed]),
-    )
     times = runner.times()
     r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
@@ -280,7 +248,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
             "collapsed_to_zero": bool(r["collapsed_to_zero"]),
             "solver_failed": bool(r["solver_failed"]),
             "blowup_tau": float(r["blowup_tau"]) if blowup else None,
-            "flow_formulation": flow.formulation,
+            "flow_formulation": setup.flow.formulation,
         }
     outcome["underflow_at_start"] = bool(r["underflow_at_start"])
     settings = {
@@ -292,7 +260,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         "n_points": n,
         "mu": np.asarray(X[0], dtype=np.float64) if n == 1 else None,
         **start,
-        **model_attrs(spec),
+        **spec.model_attrs(),
         "regime_meaning": NAMES[int(r["regime"])] if model.classifies else None,
         "first_amplified": int(r["first_amplified"]),
         "collapse_factor": collapse_factor,
@@ -301,22 +269,6 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
-
-
-def model_attrs(spec: SweepSpec) -> dict:
-    """File attributes of the model options, each only where it is not the default (a
-    file of the paper's model stays as it was)."""
-    out = {
-        "parametrization": spec.parametrization,
-        "loss": spec.loss,
-        "active_threshold": spec.active_threshold if spec.summaries else None,
-        "beta_star": np.asarray(spec.beta_star) if spec.beta_star else None,
-    }
-    return {
-        k: v
-        for k, v in out.items()
-        if not (k in ("parametrization", "loss") and v == SweepSpec.__dataclass_fields__[k].default)
-    }
 
 
 def _model_call(spec: SweepSpec) -> dict:

@@ -48,7 +48,7 @@ import numpy as np
 from jax import Array
 from jax import numpy as jnp
 
-from samflow.discrete import Network
+from samflow.loop import Network
 from samflow.model import (
     DEFAULT,
     Model,
@@ -125,7 +125,7 @@ def network(
     rule: PerturbationRule,
 ) -> Network:
     """The run of ``theta0`` ``[L_max, d, *batch]`` whose real layers are all equal, as the
-    one vector ``u = theta0[0]`` ``[d, *batch]`` (:class:`samflow.discrete.Network`).
+    one vector ``u = theta0[0]`` ``[d, *batch]`` (:class:`samflow.loop.Network`).
 
     ``depth``: the static row count (no padding) or ``[*batch]`` ints; ``rule`` must
     treat layers alike (:func:`rule_applies`). The caller checks that the layers are

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from samflow.errors import InputError
+from samflow.io import expand_user
 
 ENV = "SAMFLOW_COMPILE_CACHE"
 OFF = "off"
@@ -57,8 +58,6 @@ _folder: Path | None = None
 def resolve(path: str | os.PathLike, what: str) -> Path:
     """``path`` with ``~`` / ``~user`` expanded, absolute and normalised; InputError
     naming it when it is empty or its ``~user`` does not exist."""
-    from samflow.io import expand_user
-
     if path is None or str(path).strip() == "":
         raise InputError(f"{what} is empty; give a folder or {OFF}")
     return Path(os.path.abspath(expand_user(path, what)))

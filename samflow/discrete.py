@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from samflow.loop import record_loop, take_steps
+from samflow.balanced import network as balanced_network
+from samflow.loop import Network, record_loop, take_steps
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.rules import PerturbationRule
 from samflow.steps import Groups, step
@@ -89,32 +90,6 @@ class Trajectory(NamedTuple):
     tracked: dict[str, Array] | None = None
     watched: Any = None
     summaries: dict[str, Array] | None = None
-
-
-class Network(NamedTuple):
-    """What a discrete run steps and reads: the parameters in some state, the step, and
-    the quantities records are made of (``*batch`` the trailing grid axes).
-
-    Fields:
-        state0: the initial state: ``theta`` ``[L_max, d, *batch]`` for the general
-            network (:func:`general_network`), one layer ``u`` ``[d, *batch]`` for the
-            balanced one (:func:`samflow.balanced.network`).
-        step: ``(t, state, key) -> (state, lprime_abs)``: step number ``t`` (from 0),
-            this step's PRNG key (None unless the rule is random); ``lprime_abs``
-            ``[*batch]`` is the rescaling factor of the step (docs/theory.md §3).
-        beta: ``state -> [d, *batch]`` the predictor.
-        loss: ``state -> [*batch]`` the loss.
-        theta: ``state -> [L_max, d, *batch]`` the parameters.
-        finite: ``state -> bool [*batch]``: the parameters, beta and (for a rule that
-            perturbs) the perturbed point's margins are finite.
-    """
-
-    state0: Any
-    step: Callable
-    beta: Callable
-    loss: Callable
-    theta: Callable
-    finite: Callable
 
 
 def row_mask(theta0: Array, depth: Array | int) -> Array | None:
@@ -201,7 +176,7 @@ def simulate(
     key: Array | None = None,
     model: Model = DEFAULT,
     summaries: Callable | None = None,
-    balanced: bool = False,
+    balanced_step: bool = False,
     sampling: Sampling | None = None,
     point_keys: Array | None = None,
 ) -> Trajectory:
@@ -221,7 +196,7 @@ def simulate(
     parametrisation and loss (static; default the paper's). ``summaries``: static
     ``(theta, mask) -> dict`` of ``[*batch]`` values taken at every record
     (:func:`samflow.summaries.record_summaries`).
-    ``balanced`` (static): every real layer of ``theta0`` is the same vector, the rule
+    ``balanced_step`` (static): every real layer of ``theta0`` is the same vector, the rule
     treats layers alike (:attr:`samflow.rules.PerturbationRule.treats_layers_alike`) and
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
     caller checks the start, :func:`samflow.balanced.applies`).
@@ -233,14 +208,12 @@ def simulate(
     trajectory's draws do not depend on the batch it runs in; default
     ``jax.random.key(0)`` for all), and cuts it into m-sharpness groups. ``tau`` is
     then the plain time ``eta * step``; the recorded loss is the full training loss.
-    They take the general step (``balanced`` must be False).
+    They take the general step (``balanced_step`` must be False).
     """
-    if balanced:
-        from samflow.balanced import network
-
+    if balanced_step:
         if not model.default or sampling is not None:
             raise ValueError("the balanced step runs the paper's model, full batch, only")
-        net = network(theta0, problem, depth, rho, eta, rule)
+        net = balanced_network(theta0, problem, depth, rho, eta, rule)
     else:
         net = general_network(theta0, problem, depth, rho, eta, rule, model)
     mask = row_mask(theta0, depth)
@@ -314,7 +287,7 @@ def simulate(
         # The balanced beta is a power u^L: inlined into the observer's norm, XLA may fuse
         # |u*u| + ... into multiply-adds that skip the product's rounding, and the record
         # would summarise a beta one ulp away from the beta it keeps. Read it once.
-        return lax.optimization_barrier(b) if balanced else b
+        return lax.optimization_barrier(b) if balanced_step else b
 
     def kept(state, tau, b):
         out = {"tau": tau, "loss": net.loss(state)}

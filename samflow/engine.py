@@ -145,6 +145,12 @@ class Points(NamedTuple):
         return Points(**per_point)
 
 
+POINT_AXES = Points(theta0=0, X=0, y=None, depth=0, rho=0, eta=0, beta_star=None, key=0)
+"""The axis of each input that runs over the points (None: shared by all), as
+``in_axes`` of a ``vmap`` over a :class:`Points` whose ``X`` and ``depth`` have one
+entry per point."""
+
+
 @dataclass(frozen=True)
 class Setup:
     """What a program computes (hashable: the key of its compilation).
@@ -336,8 +342,9 @@ def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth,
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def tile(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
+    def tile(points: Points, times, n_records):
         # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T], key [k, T].
+        theta0, X, y, depth, rho, eta, beta_star, key = points
         major = _major(setup, X[0])
         problem = Problem(X, y[:, None])
         take = None
@@ -362,7 +369,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             step_observer=path_observer(major),
             model=setup.model,
             summaries=take,
-            balanced=setup.step_path == balanced.BALANCED,
+            balanced_step=setup.step_path == balanced.BALANCED,
             sampling=setup.sampling,
             point_keys=point_keys,
         )
@@ -403,7 +410,8 @@ def _discrete_tile(setup: Setup) -> Callable:
 def _flow_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def one(theta0, X, depth, rho, y, beta_star, times, n_records):
+    def one(point: Points, times, n_records):
+        theta0, X, y, depth, rho, _, beta_star, _ = point
         major = _major(setup, X[0])
         problem = Problem(X, y)
         sol = integrate(
@@ -456,18 +464,22 @@ def _flow_tile(setup: Setup) -> Callable:
             out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
         return out
 
-    def tile(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
-        return jax.vmap(one, in_axes=(0, 0, 0, 0, None, None, None, None))(
-            theta0, X, depth, rho, y, beta_star, times, n_records
-        )
+    def tile(points: Points, times, n_records):
+        return jax.vmap(one, in_axes=(POINT_AXES, None, None))(points, times, n_records)
 
     return tile
 
 
-def _start_rate(setup: Setup, theta0, X, y, depth, rho) -> Array:
+def _start_rate(setup: Setup, point: Points) -> Array:
     """One point's :func:`samflow.flows.start_rate` under ``setup``."""
     return start_rate(
-        theta0, Problem(X, y), depth, rho, rule=setup.rule, config=setup.flow, model=setup.model
+        point.theta0,
+        Problem(point.X, point.y),
+        point.depth,
+        point.rho,
+        rule=setup.rule,
+        config=setup.flow,
+        model=setup.model,
     )
 
 
@@ -516,29 +528,35 @@ def traced_program(setup: Setup) -> Callable:
     first = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
     accelerator = first.platform != "cpu"
 
-    def run_tiles(theta0, X, depth, rho, eta, key, y, beta_star, times, n_records):
+    def run_tiles(tiles: Points, times, n_records):
+        # One tile at a time; what every point shares (y, beta_star) is not cut in tiles.
+        shared = {"y": tiles.y, "beta_star": tiles.beta_star}
         return lax.map(
-            lambda a: tile_fn(*a, y, beta_star, times, n_records),
-            (theta0, X, depth, rho, eta, key),
+            lambda tile: tile_fn(tile._replace(**shared), times, n_records),
+            tiles._replace(y=None, beta_star=None),
         )
 
     if mesh is not None:
+        in_tiles = Points(
+            *(PartitionSpec() if a is None else PartitionSpec("grid") for a in POINT_AXES)
+        )
         run_tiles = jax.shard_map(
             run_tiles,
             mesh=mesh,
-            in_specs=(*(PartitionSpec("grid"),) * 6, *(PartitionSpec(),) * 4),
+            in_specs=(in_tiles, PartitionSpec(), PartitionSpec()),
             out_specs=PartitionSpec("grid"),
             check_vma=False,  # diffrax's solver state mixes per-device and shared values
         )
 
     def run(points: Points, times, n_records=None):
-        theta0, X, y, depth, rho, eta = points.theta0, points.X, points.y, *points[3:6]
-        # Deterministic steps draw nothing: no key travels (an empty pytree).
-        key = points.key if setup.sampling is not None else None
+        theta0 = points.theta0
         C, n_layers, d = theta0.shape
         beta_star = points.beta_star
         if beta_star is None:
             beta_star = jnp.zeros((d,), theta0.dtype)
+        # Deterministic steps draw nothing: no key travels (an empty pytree).
+        key = points.key if setup.sampling is not None else None
+        points = points._replace(beta_star=beta_star, key=key)
         T = tile_points(
             setup.mode,
             C,
@@ -557,10 +575,11 @@ def traced_program(setup: Setup) -> Callable:
         slots = n_tiles * T
         ordered = not batch_last and n_tiles > 1
         if ordered:
-            rate = jax.vmap(functools.partial(_start_rate, setup), in_axes=(0, 0, None, 0, 0))(
-                theta0, jnp.broadcast_to(X, (C, *X.shape[1:])), y,
-                jnp.broadcast_to(depth, (C,)), rho,
-            )  # fmt: skip
+            per_point = points._replace(
+                X=jnp.broadcast_to(points.X, (C, *points.X.shape[1:])),
+                depth=jnp.broadcast_to(points.depth, (C,)),
+            )
+            rate = jax.vmap(functools.partial(_start_rate, setup), in_axes=(POINT_AXES,))(per_point)
             perm = cost_order(rate, slots, n_dev)
             index = jnp.minimum(perm, C - 1)
         else:
@@ -573,17 +592,15 @@ def traced_program(setup: Setup) -> Callable:
             a = a.reshape(n_tiles, T, *a.shape[1:])
             return jnp.moveaxis(a, 1, -1) if batch_last else a
 
-        tiles = (to_tiles(theta0), to_tiles(X, True), to_tiles(depth, True))
-        out = run_tiles(
-            *tiles,
-            to_tiles(rho),
-            to_tiles(eta),
-            key if key is None else to_tiles(key),
-            y,
-            beta_star,
-            times,
-            n_records,
+        tiles = points._replace(
+            theta0=to_tiles(theta0),
+            X=to_tiles(points.X, True),
+            depth=to_tiles(points.depth, True),
+            rho=to_tiles(points.rho),
+            eta=to_tiles(points.eta),
+            key=key if key is None else to_tiles(key),
         )
+        out = run_tiles(tiles, times, n_records)
         # Slot p of the tiles holds point index[p]: point i < C sits at slot where[i].
         where = (
             jnp.zeros(slots, perm.dtype).at[perm].set(jnp.arange(slots, dtype=perm.dtype))

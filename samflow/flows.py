@@ -172,7 +172,7 @@ SOLVERS = {
 """The solver class of each name a :class:`samflow.Flow` accepts: diffrax's, with
 ``tsit5`` as :class:`Tsit5` (the same method, its stages written out)."""
 UNROLL_PATH = 16
-"""Up to this many coordinates the leader path's crossings are written out (step_path)."""
+"""Up to this many coordinates the leader path's crossings are written out (advance_path)."""
 
 
 class FlowConfig(NamedTuple):
@@ -409,7 +409,7 @@ def _to_theta(y, formulation, n_layers, depth):
 
 NEWTON_CROSSING = 6
 """Newton iterations on the cubic Hermite interpolant that refine each hand-off time
-inside a solver step (:func:`step_path`), from the linear crossing."""
+inside a solver step (:func:`advance_path`), from the linear crossing."""
 
 
 def _hermite_crossing(d0, d1, m0, m1, x_lin, lo):
@@ -454,7 +454,7 @@ def _hermite_crossing(d0, d1, m0, m1, x_lin, lo):
     return jnp.where(jnp.isfinite(x), jnp.clip(x, lo, 1.0), x_lin)
 
 
-def step_path(
+def advance_path(
     path: LeaderPath,
     l0: Array,
     l1: Array,
@@ -519,7 +519,7 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
     """A step-size controller that also follows the leader at every accepted step.
 
     It delegates every decision to ``inner`` (a PID controller) and carries in its
-    state the :class:`samflow.regimes.LeaderPath`, advanced by :func:`step_path` on the
+    state the :class:`samflow.regimes.LeaderPath`, advanced by :func:`advance_path` on the
     steps ``inner`` accepts, and the last accepted step ``(t0, t1, log max|beta|`` at
     both ends), which places a stopping event inside it; ``SaveAt(controller_state=
     True)`` hands them back. ``level`` maps a solver state to ``log |beta|`` ``[d]``.
@@ -571,7 +571,7 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
         )
         l0, l1 = self.level(y0), self.level(y1_candidate)
         r1 = self._rate(t1, y1_candidate, args)
-        moved = step_path(path, l0, l1, t0, t1, self.major, r0, r1)
+        moved = advance_path(path, l0, l1, t0, t1, self.major, r0, r1)
         step = (t0, t1, jnp.max(l0), jnp.max(l1))
         path, last, r0 = jax.tree_util.tree_map(
             lambda a, b: jnp.where(keep, a, b), (moved, step, r1), (path, last, r0)

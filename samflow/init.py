@@ -29,7 +29,7 @@ def pad_layers(theta: np.ndarray, n_layers: int) -> np.ndarray:
     return np.concatenate([theta, np.ones((*lead, n_layers - L, d))], axis=-2)
 
 
-def balanced(alpha: np.ndarray | float, d: int, depth: int, n_layers: int | None = None):
+def balanced_start(alpha: np.ndarray | float, d: int, depth: int, n_layers: int | None = None):
     """``w^(l) = alpha`` (a scalar or a ``[d]`` vector) for every real layer l.
 
     Returns a float64 NumPy array ``[n_layers, d]`` (``n_layers`` defaults to depth).

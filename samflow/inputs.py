@@ -323,17 +323,6 @@ def check_sampling(runner, method, n: int, margin_loss: bool = True) -> None:
         )
 
 
-def check_runner(runner, modes: Sequence[str] = ("discrete", "flow")):
-    """A runner of one of ``modes`` (:class:`samflow.Discrete`, :class:`samflow.Flow`)."""
-    from samflow.runners import Discrete, Flow
-
-    kinds = {"discrete": Discrete, "flow": Flow}
-    if not isinstance(runner, tuple(kinds[m] for m in modes)):
-        wanted = " or ".join(f"samflow.{kinds[m].__name__}(...)" for m in modes)
-        raise InputError(f"runner must be {wanted}, got {runner!r}")
-    return runner
-
-
 def memory_bytes() -> int:
     """Physical memory of this machine."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

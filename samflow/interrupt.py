@@ -30,6 +30,8 @@ import threading
 import time
 from types import FrameType
 
+from samflow import io
+
 GRACE_SECONDS = 4.0
 """How long after Ctrl-C the process may take to stop by itself before it is ended."""
 POLL_SECONDS = 0.1
@@ -62,8 +64,6 @@ class interruptible:
     set, filled while files are written)."""
 
     def __init__(self, temporaries: set | None = None, grace: float = GRACE_SECONDS):
-        from samflow import io
-
         self.temporaries = io.TEMPORARIES if temporaries is None else temporaries
         self.grace = grace
         self.active = False

@@ -27,6 +27,32 @@ State = Any
 Records = Any
 
 
+class Network(NamedTuple):
+    """What a discrete run steps and reads: the parameters in some state, the step, and
+    the quantities records are made of (``*batch`` the trailing grid axes).
+
+    Fields:
+        state0: the initial state: ``theta`` ``[L_max, d, *batch]`` for the general
+            network (:func:`samflow.discrete.general_network`), one layer ``u``
+            ``[d, *batch]`` for the balanced one (:func:`samflow.balanced.network`).
+        step: ``(t, state, key) -> (state, lprime_abs)``: step number ``t`` (from 0),
+            this step's PRNG key (None unless the rule is random); ``lprime_abs``
+            ``[*batch]`` is the rescaling factor of the step (docs/theory.md §3).
+        beta: ``state -> [d, *batch]`` the predictor.
+        loss: ``state -> [*batch]`` the loss.
+        theta: ``state -> [L_max, d, *batch]`` the parameters.
+        finite: ``state -> bool [*batch]``: the parameters, beta and (for a rule that
+            perturbs) the perturbed point's margins are finite.
+    """
+
+    state0: Any
+    step: Callable
+    beta: Callable
+    loss: Callable
+    theta: Callable
+    finite: Callable
+
+
 class Interval(NamedTuple):
     """One record interval, as ``advance`` gets it (every field ``[]`` int).
 

@@ -6,8 +6,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
+from samflow.errors import InputError
 from samflow.inputs import COLLAPSE_FACTOR
+from samflow.io import save_figure, write_dataset
 from samflow.regimes import NAMES
+from samflow.schema import describe
+from samflow.theory import l2sam_direct_edge
 
 # Okabe-Ito: distinguishable with colour-blindness; line styles keep it readable in grey.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#0072B2", "#D55E00", "#CC79A7", "#F0E442", "#000000"]
@@ -211,9 +215,6 @@ def save_figure_set(fig, out_dir, name: str, datasets: dict[str, xr.Dataset] | N
     ``name_<key>.nc`` for several Datasets). Returns the paths."""
     from pathlib import Path
 
-    from samflow.io import save_figure, write_dataset
-    from samflow.schema import describe
-
     out_dir = Path(out_dir)
     paths = [save_figure(fig, out_dir / f"{name}.{ext}") for ext in ("png", "pdf")]
     for key, ds in (datasets or {}).items():
@@ -310,3 +311,57 @@ def dominant_codes(dominant, beta_norm, collapse_factor: float = COLLAPSE_FACTOR
     out = np.where(np.isfinite(norm) & (dom > 0), dom, np.nan)
     collapsed = np.isfinite(norm) & (norm < collapse_factor * norm[..., :1])
     return np.where(collapsed, 0.0, out)
+
+
+def boundary_figure(ds: xr.Dataset):
+    """Every edge against the first grid axis (log-log), other axes at their first value.
+
+    For balanced l2-SAM on one point the closed-form sequential/direct edge of
+    docs/theory.md §4.4 (L = 2) and §4.4b (any L >= 2) is drawn beside the measured one.
+    """
+    names = [a for a in ds.attrs.get("axes", "").split() if a]
+    if not names:
+        raise InputError("the boundary figure needs at least one grid axis")
+    x = names[0]
+    sub = ds.isel({n: 0 for n in names[1:]})
+    xs = sub[x].values
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    styles = {"alpha_collapse": ("#004488", "o", "-"), "alpha_direct": ("#BB5566", "s", "--")}
+    for name, (colour, marker, line) in styles.items():
+        label = "collapse edges" if name == "alpha_collapse" else "direct edges"
+        every = sub[f"{name}_all"].values  # [x, edge]: the k-th edge of each x on one curve
+        for k in range(every.shape[-1]):
+            if np.isfinite(every[:, k]).any():
+                ax.plot(
+                    xs,
+                    every[:, k],
+                    color=colour,
+                    marker=marker,
+                    ls=line,
+                    ms=4,
+                    label=label if k == 0 else None,
+                )
+    a = ds.attrs
+    depth = a.get("depth") or 0  # None (or absent) where depth is a grid axis
+    if x == "rho" and a.get("method") == "sam-l2" and depth >= 2 and "mu" in a:
+        exact = [l2sam_direct_edge(a["mu"], r, int(depth)) for r in xs]
+        ax.plot(
+            xs,
+            exact,
+            color="black",
+            ls=":",
+            lw=1.5,
+            label=rf"closed form $\rho M^*/(\sqrt{{{int(depth)}}}\|\mu\|)$ (theory §4.4b)",
+        )
+    ax.set_yscale("log")
+    if is_log_axis(xs):
+        ax.set_xscale("log")
+    ax.set_xlabel(axis_label(x))
+    ax.set_ylabel(r"critical $\alpha$")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    ax.set_title(
+        f"{a.get('method')}, L = {a.get('depth', 'varied')}, {a.get('mode')}: regime edges",
+        fontsize=10,
+    )
+    return fig

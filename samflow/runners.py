@@ -12,6 +12,7 @@ times (:meth:`Discrete.times`, :meth:`Flow.times`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
@@ -256,6 +257,15 @@ class Flow:
 
 
 Runner = Discrete | Flow
+
+
+def check_runner(runner, modes: Sequence[str] = ("discrete", "flow")):
+    """A runner of one of ``modes`` (:class:`samflow.Discrete`, :class:`samflow.Flow`)."""
+    kinds = {"discrete": Discrete, "flow": Flow}
+    if not isinstance(runner, tuple(kinds[m] for m in modes)):
+        wanted = " or ".join(f"samflow.{kinds[m].__name__}(...)" for m in modes)
+        raise InputError(f"runner must be {wanted}, got {runner!r}")
+    return runner
 
 
 def check_counters(runner: Runner, dtype: str) -> None:

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xarray as xr
 
-from samflow.boundary import MAX_EDGES, WHY_NAN
 from samflow.regimes import (
     FLAG_MEANINGS,
     FLAG_VALUES,
@@ -48,11 +47,20 @@ from samflow.regimes import (
     REASON_MEANINGS,
     UNRESOLVED_HOW,
 )
+from samflow.version import __version__
 
 GRID = "..."
 """In a declared dims tuple: the file's grid dims (a sweep's axes; none for a trajectory)."""
 FLOAT = "float"
 """The dtype of a variable computed in the run's precision (float32 or float64)."""
+KINDS = ("collapse", "direct")
+"""The two kinds of edge in a boundary file: where the regime starts or stops being
+collapse / direct."""
+MAX_EDGES = 4
+"""Edges of one kind a boundary file keeps per point in ``alpha_<kind>_all`` (more are
+counted only)."""
+WHY_NAN = ("found", "no_edge", "several_edges", "solver_failure", "unresolved")
+"""Codes 0.. of ``why_nan_<kind>``: why ``alpha_<kind>`` is NaN (0: it is not)."""
 CONVENTIONS = "CF-1.10"
 LIBRARIES = ("jax", "jaxlib", "diffrax", "equinox", "optax", "numpy", "xarray")
 
@@ -295,8 +303,6 @@ def _attrs(var: Variable, context: Mapping[str, object]) -> dict:
 def library_versions() -> dict[str, str]:
     """Versions of samflow and of the libraries its numbers come from."""
     from importlib.metadata import PackageNotFoundError, version
-
-    from samflow.version import __version__
 
     out = {"samflow_version": __version__}
     for name in LIBRARIES:

@@ -232,7 +232,7 @@ def l2sam_direct_edge(mu, rho: float, depth: int) -> float:
     *What is proven*: leading at 0+ is necessary for a direct run, so no run with
     ``a < M < M*`` is direct; at L = 2 it is also sufficient (docs/theory.md §4.4:
     ``N`` only grows above the edge). *Observed* at L >= 3: above ``alpha*`` the major
-    keeps the lead (the upper direct edge of :func:`samflow.boundary.boundary` at
+    keeps the lead (the upper direct edge of :func:`samflow.boundary` at
     L = 2..6 equals ``alpha*`` to the bisection tolerance, ``tests/test_theory.py``).
     For mu = (1, 2, 3, 4), rho = 0.1: 0.0904, 0.1103, 0.1272, 0.1422, 0.1557 at
     L = 2..6. Linear in rho (docs/theory.md §4.6) and unchanged by ``mu -> s mu``.

@@ -6,7 +6,7 @@ import pytest
 import xarray as xr
 
 import samflow
-from samflow.boundary import FAILURE, FOUND, NO_EDGE, UNDECIDED
+from samflow._boundary import FAILURE, FOUND, NO_EDGE, UNDECIDED
 from samflow.cli import main
 from samflow.regimes import COLLAPSE, DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 from samflow.theory import l2sam_l2_direct_edge

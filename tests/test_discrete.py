@@ -10,7 +10,7 @@ import reference
 
 import samflow
 from samflow.discrete import simulate
-from samflow.init import balanced
+from samflow.init import balanced_start
 from samflow.model import Problem, grad_and_aux, layer_mask, loss, single_point
 from samflow.rules import METHODS, get_rule
 from samflow.steps import step
@@ -98,7 +98,7 @@ def test_l2_sam_step_equals_optax_sam():
     rho, eta = 0.3, 0.05
     with jax.enable_x64(True):
         problem = single_point(jnp.array([1.0, 2.0, 3.0, 4.0]))
-        theta = jnp.asarray(balanced(np.array([0.4, 0.7, 0.2, 0.5]), 4, 2))
+        theta = jnp.asarray(balanced_start(np.array([0.4, 0.7, 0.2, 0.5]), 4, 2))
         mask = layer_mask(2, 2)
         opt = optax.contrib.sam(
             optax.sgd(eta),

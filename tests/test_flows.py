@@ -8,7 +8,7 @@ from scipy.integrate import solve_ivp
 
 from samflow import theory
 from samflow.fate import SETTLED
-from samflow.init import balanced, random_scales
+from samflow.init import balanced_start, random_scales
 from samflow.model import single_point
 from samflow.precision import precision
 from samflow.regimes import COLLAPSE, DIRECT, MINOR_END, SEQUENTIAL, classify
@@ -23,7 +23,7 @@ _classify = jax.jit(classify)
 def test_gd_depth2_matches_exponential(formulation):
     alpha = np.array([0.3, 0.5, 0.2, 0.1])
     taus = save_times(5.0, 30)
-    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "gd", None, taus, formulation=formulation)
+    sol = solve_flow(P, balanced_start(alpha, 4, 2), 2, "gd", None, taus, formulation=formulation)
     u = theory.gd_u(alpha, MU, taus, 2)
     np.testing.assert_allclose(sol.beta, u**2, rtol=1e-6)
 
@@ -32,7 +32,7 @@ def test_linf_depth2_matches_closed_form():
     alpha = np.array([0.9, 0.3, 0.7, 0.45])
     rho = 0.5
     taus = save_times(3.0, 40)
-    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, taus)
+    sol = solve_flow(P, balanced_start(alpha, 4, 2), 2, "sam-linf", rho, taus)
     u = theory.linf_l2_u(alpha, MU, rho, taus)
     np.testing.assert_allclose(sol.theta[:, 0], u, rtol=1e-6, atol=1e-7)
 
@@ -42,7 +42,7 @@ def test_depth1_direction_is_l2_max_margin(method):
     alpha = np.array([0.7, 0.1, 0.4, 0.2])
     taus = save_times(2000.0, 20)
     rho = None if method == "gd" else 0.5  # gd takes no rho
-    sol = solve_flow(P, balanced(alpha, 4, 1), 1, method, rho, taus, formulation="linear")
+    sol = solve_flow(P, balanced_start(alpha, 4, 1), 1, method, rho, taus, formulation="linear")
     np.testing.assert_allclose(sol.beta, theory.l2sam_l1_u(alpha, MU, taus), rtol=1e-7)
     direction = sol.beta[-1] / np.linalg.norm(sol.beta[-1])
     assert direction @ theory.l2_max_margin_direction(MU) > 1 - 1e-6
@@ -52,7 +52,7 @@ def test_depth1_direction_is_l2_max_margin(method):
 def test_gd_depth3_blowup_time(formulation):
     alpha = 0.5
     sol = solve_flow(
-        P, balanced(alpha, 4, 3), 3, "gd", None, save_times(10.0, 20), formulation=formulation
+        P, balanced_start(alpha, 4, 3), 3, "gd", None, save_times(10.0, 20), formulation=formulation
     )
     expected = theory.blowup_tau(alpha, MU, 3).min()
     assert sol.blowup
@@ -68,13 +68,13 @@ def test_log_l2_flow_matches_solve_ivp():
 
     taus = save_times(4.0, 25)
     ref = solve_ivp(rhs, (0, 4.0), alpha, t_eval=taus, method="DOP853", rtol=1e-12, atol=1e-14)
-    sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, taus, formulation="log")
+    sol = solve_flow(P, balanced_start(alpha, 4, 2), 2, "sam-l2", rho, taus, formulation="log")
     np.testing.assert_allclose(sol.theta[:, 0], ref.y.T, rtol=1e-6)
 
 
 def test_discrete_error_falls_linearly_in_eta():
     alpha, rho, tau_star = 0.5, 1.0, 0.5
-    flow = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, np.array([0.0, tau_star]))
+    flow = solve_flow(P, balanced_start(alpha, 4, 2), 2, "sam-l2", rho, np.array([0.0, tau_star]))
     target = flow.beta[-1]
     errors = []
     etas = np.array([0.04, 0.02, 0.01, 0.005])
@@ -82,7 +82,7 @@ def test_discrete_error_falls_linearly_in_eta():
     # (the larger ones run past tau_star; only the records around it are read).
     schedule = record_schedule(int(2.5 * tau_star / etas.min() / 0.2), 1)
     for eta in etas:
-        run = run_discrete(P, balanced(alpha, 4, 2), 2, "sam-l2", rho, eta, schedule)
+        run = run_discrete(P, balanced_start(alpha, 4, 2), 2, "sam-l2", rho, eta, schedule)
         k = np.searchsorted(run.tau, tau_star)
         w = (tau_star - run.tau[k - 1]) / (run.tau[k] - run.tau[k - 1])
         beta = (1 - w) * run.beta[k - 1] + w * run.beta[k]
@@ -93,7 +93,7 @@ def test_discrete_error_falls_linearly_in_eta():
 
 def _classified(method, alpha, tau_max=60.0):
     rho = None if method == "gd" else 1.0  # gd takes no rho
-    sol = solve_flow(P, balanced(alpha, 4, 2), 2, method, rho, save_times(tau_max, 120))
+    sol = solve_flow(P, balanced_start(alpha, 4, 2), 2, method, rho, save_times(tau_max, 120))
     with precision("float64"):
         return _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate)
 
@@ -118,7 +118,7 @@ def test_linf_limit_index_matches_closed_form():
     rho = 0.5
     for seed in range(12):
         alpha = random_scales(seed, 4, 0.2, 1.2, log_uniform=False)
-        sol = solve_flow(P, balanced(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
+        sol = solve_flow(P, balanced_start(alpha, 4, 2), 2, "sam-linf", rho, save_times(400.0, 50))
         with precision("float64"):
             c = _classify(sol.beta, sol.valid, sol.failed, major=4, path=sol.path, fate=sol.fate)
         assert int(c.limit_coord) == theory.linf_limit_index(alpha, MU, rho), (seed, alpha)
@@ -127,7 +127,7 @@ def test_linf_limit_index_matches_closed_form():
 @pytest.mark.parametrize("mode", ["discrete", "flow"])
 def test_depth_padding_gives_the_unpadded_beta(mode):
     alpha = np.array([0.5, 0.4, 0.6, 0.3])
-    small, padded = balanced(alpha, 4, 2), balanced(alpha, 4, 2, n_layers=4)
+    small, padded = balanced_start(alpha, 4, 2), balanced_start(alpha, 4, 2, n_layers=4)
     assert padded.shape == (4, 4)
     if mode == "discrete":
         sched = record_schedule(300, 10)
@@ -149,7 +149,7 @@ def test_alpha_bounds_bracket_the_measured_regimes():
 
 def test_solver_failure_is_flagged_and_keeps_the_accepted_records():
     taus = save_times(5.0, 20)
-    sol = solve_flow(P, balanced(0.5, 4, 2), 2, "sam-l2", 1.0, taus, max_steps=8)
+    sol = solve_flow(P, balanced_start(0.5, 4, 2), 2, "sam-l2", 1.0, taus, max_steps=8)
     assert sol.failed and not sol.blowup
     assert 0 < sol.stop_tau < 5.0
     assert np.all(sol.valid == (taus <= sol.stop_tau))
@@ -160,7 +160,7 @@ def test_solver_failure_is_flagged_and_keeps_the_accepted_records():
 
 def test_blowup_limit_is_read_at_the_event():
     alpha = np.array([0.9, 0.8, 0.7, 0.55])  # GD, L = 3: tau_j* = 1 / (alpha_j mu_j)
-    sol = solve_flow(P, balanced(alpha, 4, 3), 3, "gd", None, save_times(5.0, 10))
+    sol = solve_flow(P, balanced_start(alpha, 4, 3), 3, "gd", None, save_times(5.0, 10))
     expected = int(np.argmin(theory.blowup_tau(alpha, MU, 3))) + 1
     assert sol.blowup and int(sol.path.lead) == expected
     with precision("float64"):
@@ -180,7 +180,7 @@ def test_exact_ties_have_no_dominant_coordinate():
 def test_overflow_guard_ends_the_horizon_before_any_record_overflows():
     # GD at L = 2 grows like exp(mu_j tau): the guard stops it near beta ~ 1e153, at the
     # end of a long log-space step; records inside that step beyond it are not valid.
-    sol = solve_flow(P, balanced(1.0, 4, 2), 2, "gd", None, save_times(200.0, 60))
+    sol = solve_flow(P, balanced_start(1.0, 4, 2), 2, "gd", None, save_times(200.0, 60))
     assert sol.blowup and not sol.failed and not sol.valid[-1]
     assert np.all(np.isfinite(np.abs(sol.beta[sol.valid]).sum(axis=1)))
     with precision("float64"):

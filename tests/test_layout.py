@@ -190,10 +190,13 @@ def test_flow_tiles_in_cost_order_equal_single_points(monkeypatch):
     flat = np.arange(spec.size)
     points = spec.points(flat)
     with jax.enable_x64(True):
-        rate = jax.vmap(lambda th, X, r: engine._start_rate(setup, th, X, points.y, 2, r))(
-            jnp.asarray(points.theta0), jnp.asarray(np.repeat(points.X, spec.size, 0)),
-            jnp.asarray(points.rho),
-        )  # fmt: skip
+        per_point = points._replace(
+            X=np.repeat(points.X, spec.size, 0), depth=np.repeat(points.depth, spec.size, 0)
+        )
+        per_point = jax.tree.map(jnp.asarray, per_point)
+        rate = jax.vmap(lambda p: engine._start_rate(setup, p), in_axes=(engine.POINT_AXES,))(
+            per_point
+        )
     assert not np.all(np.diff(np.asarray(rate)) >= 0)  # the grid order is not the cost order
     together = compute(setup, spec, flat, spec.size)
     regimes = set()

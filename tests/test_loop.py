@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import samflow
+from samflow._fit import fit
 from samflow.errors import InputError
-from samflow.fit import fit
 from samflow.loop import record_loop, take_steps
 from samflow.rules import RANDOM_L2, PerturbationRule
 from samflow.runners import Discrete, Flow

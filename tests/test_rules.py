@@ -15,7 +15,7 @@ from runs import save_times, solve_flow
 
 from samflow import METHODS, get_rule
 from samflow.flows import _rescaled_field
-from samflow.init import balanced
+from samflow.init import balanced_start
 from samflow.model import layer_mask, single_point
 from samflow.precision import precision
 
@@ -85,7 +85,7 @@ def test_log_and_linear_trajectories_agree(method, depth):
     """The same solve in log space and in theta space (both tight)."""
     mu = np.array([1.0, 2.0, 3.0, 4.0])
     taus = save_times(8.0 if depth == 2 else 0.55, 40)  # L = 3 blows up near 0.62
-    theta0 = balanced(0.4, 4, depth)
+    theta0 = balanced_start(0.4, 4, depth)
     kw = dict(rtol=1e-11, atol=1e-13)
     rho = None if method == "gd" else 0.6  # gd takes no rho
     log = solve_flow(single_point(mu), theta0, depth, method, rho, taus, formulation="log", **kw)
@@ -109,7 +109,13 @@ def test_usam_log_form_matches_scipy():
     taus = save_times(3.0, 30)
     ref = solve_ivp(rhs, (0, taus[-1]), np.full(3, alpha), t_eval=taus, rtol=1e-12, atol=1e-14)
     sol = solve_flow(
-        single_point(mu), balanced(alpha, 3, depth), depth, "usam", rho, taus, formulation="log"
+        single_point(mu),
+        balanced_start(alpha, 3, depth),
+        depth,
+        "usam",
+        rho,
+        taus,
+        formulation="log",
     )
     np.testing.assert_allclose(sol.beta, ref.y.T**2, rtol=1e-7)
 
@@ -123,8 +129,8 @@ def test_a_rule_without_closed_form_uses_the_generic_field():
 
     rule = PerturbationRule("double-l2", double_l2, scale_invariant=True)
     mu, taus = np.array([1.0, 2.0, 3.0, 4.0]), save_times(6.0, 20)
-    mine = solve_flow(single_point(mu), balanced(0.5, 4, 2), 2, rule, 0.5, taus)
-    ref = solve_flow(single_point(mu), balanced(0.5, 4, 2), 2, "sam-l2", 1.0, taus)
+    mine = solve_flow(single_point(mu), balanced_start(0.5, 4, 2), 2, rule, 0.5, taus)
+    ref = solve_flow(single_point(mu), balanced_start(0.5, 4, 2), 2, "sam-l2", 1.0, taus)
     np.testing.assert_allclose(mine.beta, ref.beta, rtol=1e-6)  # two adaptive solves
 
 

@@ -1,4 +1,4 @@
-"""The optax adapter ``samflow.transform.sam`` and the pytree runner ``samflow.fit.fit``.
+"""The optax adapter ``samflow.transform.sam`` and the pytree runner ``samflow.fit``.
 
 References: ``samflow.steps.step`` (sgd base), the NumPy float64 loop of
 ``tests/reference.py``, ``optax.contrib.sam`` (l2-SAM with any base) and plain Python
@@ -16,8 +16,8 @@ import pytest
 import reference
 
 from samflow import model, rules, steps
+from samflow._fit import fit
 from samflow.errors import InputError
-from samflow.fit import fit
 from samflow.runners import Discrete
 from samflow.transform import apply_step, sam
 

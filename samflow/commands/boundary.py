@@ -6,7 +6,7 @@ import argparse
 
 import numpy as np
 
-from samflow.boundary import (
+from samflow._boundary import (
     ALPHA_LIMITS,
     ALPHA_RANGE,
     MAX_SCAN_POINTS,
@@ -72,7 +72,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from samflow.boundary import boundary
+    from samflow._boundary import boundary
     from samflow.io import FIGURE_SUFFIXES, NETCDF_SUFFIXES, check_output, write_dataset
     from samflow.sweeps.axes import parse_axis
 
@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
     if args.figure:
         import matplotlib.pyplot as plt
 
-        from samflow.boundary import figure as boundary_figure
         from samflow.io import save_figure
+        from samflow.plotting import boundary_figure
 
         fig = boundary_figure(ds)
         save_figure(fig, args.figure)

@@ -9,9 +9,9 @@ of ``batch`` points (the last one padded), parameters are padded to ``layers`` l
 of ones (docs/theory.md §7b: padding rows change nothing), and the record times are
 an argument of the program.
 
-It runs the engine's own pieces (:meth:`samflow.sweeps.spec.SweepSpec.points`,
-:func:`samflow.engine.run_points`, :func:`samflow.sweeps.store.assemble`), not a copy
-of the physics. It writes nothing: the figure script saves the Dataset beside its figure.
+It runs the sweep's own runner (:meth:`samflow.sweeps.spec.SweepSpec.points`,
+:func:`samflow.sweeps.store.in_memory`), not a copy of it or of the physics. It writes
+nothing: the figure script saves the Dataset beside its figure.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.boundary import CAP_FACTOR
-from samflow.engine import one_ahead, run_points, start_points, step_path
+from samflow._boundary import CAP_FACTOR
+from samflow.engine import run_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
 from samflow.runners import TAU_MIN_SHARE, Discrete, Flow
 from samflow.sweeps.axes import Axis
 from samflow.sweeps.spec import SweepSpec
-from samflow.sweeps.store import assemble, chunk_dataset, chunk_plan, sweep_attrs
+from samflow.sweeps.store import chunk_plan, in_memory, sweep_attrs
 
 MU = (1.0, 2.0, 3.0, 4.0)
 LAYERS = 4  # every d = 4 sweep is padded to this depth: one program serves L = 1..4
@@ -64,7 +64,7 @@ def figure_spec(
     """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
 
     ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
-    :data:`samflow.boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
+    :data:`samflow._boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
     figure draws are labels of the limit (docs/theory.md §6.1); off for figures that
     draw no labels."""
     if mode == "discrete":
@@ -133,28 +133,23 @@ def sweep(
     setup = replace(spec.setup(), padding=True)
     batch = batch_size(quick, spec) if batch is None else batch
     batch, blocks = chunk_plan(spec.size, batch, len(devices.mesh().devices.flat))
-    chunks, paths = [], set()
+    paths = set()
 
-    def start(flat):
-        padded = np.concatenate([flat, np.full(batch - len(flat), flat[-1])])
-        points = spec.points(padded)
+    def points(padded):
+        out = spec.points(padded)
         for key, value in (overrides or {}).items():
             value = np.asarray(value, dtype=np.float64)[padded]
             if key == "theta0":  # given with the spec's own layers: pad to n_layers
                 value = pad_layers(value, n_layers)
-            points = points._replace(**{key: value})
-        paths.add(step_path(setup, points))
-        return start_points(setup, points, spec.times())
+            out = out._replace(**{key: value})
+        paths.add(step_path(setup, out))
+        return out
 
-    for flat, out in zip(blocks, one_ahead(blocks, start), strict=True):
-        if not keep_beta:
-            out.pop("beta")
-        chunks.append(chunk_dataset({k: v[: len(flat)] for k, v in out.items()}, flat, spec.dtype))
-    spec = replace(spec, save_trajectories=keep_beta)
-    attrs = sweep_attrs(spec, None)
+    attrs = sweep_attrs(replace(spec, save_trajectories=keep_beta), None)
+    ds = in_memory(spec, setup, blocks, batch, attrs, points=points)
     if spec.mode == "discrete":  # overrides of theta0 may start some points unbalanced
-        attrs["step_path"] = paths.pop() if len(paths) == 1 else "general"
-    return assemble(spec, chunks, attrs)
+        ds.attrs["step_path"] = paths.pop() if len(paths) == 1 else "general"
+    return ds if keep_beta else ds.drop_vars("beta")
 
 
 def flow_times(tau_max: float, quick: bool, tau_min: float | None = None) -> np.ndarray:

@@ -7,7 +7,7 @@ checked in ``tests/test_invariances.py``): the regime depends only on ``alpha / 
 and on ``mu / ||mu||``. The (alpha, rho) map of ``phase_l2`` is one-dimensional; this is
 the real phase diagram. Two one-parameter families of directions: ``mu = (1, m)`` in
 d = 2 (left) and ``mu = (1, 1 + s, 1 + 2 s, 1 + 3 s)`` in d = 4 (right; s = 1 is the
-paper's (1, 2, 3, 4)). Markers: the edges that :func:`samflow.boundary.boundary` finds
+paper's (1, 2, 3, 4)). Markers: the edges that :func:`samflow.boundary` finds
 by bisection (flows to ``tau = 100``, the regime at the horizon) at two radii,
 rho = 0.5 (circles) and 2 (crosses), divided by rho: they coincide, as the invariance
 says. Dotted: the exact sequential/direct edge ``(mu_d + mu_{d-1}) / (sqrt(2) ||mu||)``
@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.boundary import boundary
+from samflow._boundary import boundary
 from samflow.figures._engine import FLOW_SETTINGS
 from samflow.plotting import save_figure_set
 from samflow.runners import Flow

@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow.boundary import boundary
+from samflow._boundary import boundary
 from samflow.figures._engine import FLOW_SETTINGS, figure_spec
 from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
 from samflow.runners import Flow

@@ -48,6 +48,7 @@ from samflow.images.formats import (
     mnist_npz,
     svhn_mat,
 )
+from samflow.io import expand_user
 
 DATASETS: tuple[str, ...] = ("mnist", "cifar10", "svhn")
 """The data sets read from files in a data directory (``samflow data download`` fetches them)."""
@@ -84,8 +85,6 @@ class ImageDataset:
 
 def default_data_dir() -> Path:
     """``$SAMFLOW_DATA``, else ``$XDG_CACHE_HOME/samflow/data``, else ``~/.cache/...``."""
-    from samflow.io import expand_user
-
     env = os.environ.get("SAMFLOW_DATA")
     if env:
         return expand_user(env, "$SAMFLOW_DATA")
@@ -96,8 +95,6 @@ def default_data_dir() -> Path:
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
     """The data directory given (InputError naming a ``~user`` that does not exist),
     or :func:`default_data_dir`."""
-    from samflow.io import expand_user
-
     return expand_user(data_dir, "data directory") if data_dir else default_data_dir()
 
 

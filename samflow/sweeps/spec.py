@@ -24,9 +24,9 @@ import numpy as np
 
 from samflow import inputs
 from samflow.errors import InputError
-from samflow.init import layer_rows, random_scales
+from samflow.init import is_balanced, layer_rows, random_scales
 from samflow.inputs import check_major
-from samflow.runners import Discrete, Flow, check_counters
+from samflow.runners import Discrete, Flow, check_counters, check_runner
 from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
 if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when it is made
@@ -131,7 +131,7 @@ class SweepSpec:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         inputs.check_method(self.rule)
-        inputs.check_runner(self.runner)
+        check_runner(self.runner)
         set_(self, "depth", inputs.check_depth(self.depth))
         set_(self, "dtype", inputs.check_dtype(self.dtype))
         check_counters(self.runner, self.dtype)
@@ -406,23 +406,40 @@ class SweepSpec:
 
     @property
     def formulation(self) -> str | None:
-        """The flow formulation (None for a discrete runner): every start is balanced."""
+        """The flow formulation of the grid's points (None for a discrete runner)."""
+        return self.formulation_of()
+
+    def formulation_of(self, theta0: np.ndarray | None = None) -> str | None:
+        """The flow formulation (None for a discrete runner) from the start ``theta0``
+        ``[L, d]``; None: the grid's starts, every one balanced (:meth:`points`).
+
+        The one place that decides it, for sweeps and trajectories alike
+        (:func:`samflow.flows.formulation_for`): a closed form needs one point with
+        ``x > 0`` (``mu`` always is) and a balanced positive start."""
         if self.mode != "flow":
             return None
         from samflow.flows import formulation_for
 
-        return formulation_for(self.rule, self.runner.formulation, not self.data, True, self.model)
+        positive = not self.data or (self.n == 1 and bool(np.all(np.asarray(self.data[0]) > 0)))
+        balanced = theta0 is None or is_balanced(theta0, self.depth)
+        return formulation_for(self.rule, self.runner.formulation, positive, balanced, self.model)
 
-    def setup(self, sharded: bool = True) -> Setup:
-        """The program that runs this sweep's points."""
+    def setup(self, sharded: bool = True, theta0: np.ndarray | None = None) -> Setup:
+        """The program that runs this sweep's points; with ``theta0`` ``[L, d]``, the one
+        trajectory from it (:meth:`trajectory_points`), which keeps its states (``beta``
+        and ``theta``), on one device."""
         from samflow.engine import Setup
         from samflow.flows import FlowConfig
 
         flow = (
-            FlowConfig.of(self.runner, self.formulation, self.dtype)
+            FlowConfig.of(self.runner, self.formulation_of(theta0), self.dtype)
             if self.mode == "flow"
             else None
         )
+        if theta0 is not None:
+            keep, sharded = ("beta", "theta"), False
+        else:
+            keep = ("beta",) if self.save_trajectories else ()
         return Setup(
             rule=self.rule,
             mode=self.mode,
@@ -430,7 +447,7 @@ class SweepSpec:
             flow=flow,
             collapse_factor=self.collapse_factor,
             plateau_fraction=self.plateau_fraction,
-            keep=("beta",) if self.save_trajectories else (),
+            keep=keep,
             padding=self.has_padding,
             sharded=sharded,
             major=self.major(),
@@ -438,6 +455,22 @@ class SweepSpec:
             summaries=self.summary_set,
             sampling=self.sampling,
         )
+
+    def model_attrs(self) -> dict:
+        """File attributes of the model options, each only where it is not the default (a
+        file of the paper's model stays as it was)."""
+        out = {
+            "parametrization": self.parametrization,
+            "loss": self.loss,
+            "active_threshold": self.active_threshold if self.summaries else None,
+            "beta_star": np.asarray(self.beta_star) if self.beta_star else None,
+        }
+        fields = SweepSpec.__dataclass_fields__
+        return {
+            k: v
+            for k, v in out.items()
+            if not (k in ("parametrization", "loss") and v == fields[k].default)
+        }
 
     @property
     def summary_set(self):
@@ -503,6 +536,13 @@ class SweepSpec:
             beta_star=np.asarray(self.beta_star, np.float64) if self.beta_star else None,
             key=key,
         )
+
+    def trajectory_points(self, theta0: np.ndarray) -> Points:
+        """The inputs of the one trajectory of this spec (no axes) from ``theta0``
+        ``[L, d]`` (NumPy float64)."""
+        if self.axes:
+            raise ValueError("a trajectory is one point: its spec has no axes")
+        return self.points(np.zeros(1, np.int64))._replace(theta0=np.asarray(theta0)[None])
 
     def seed_alpha(self, seeds) -> np.ndarray:
         """Per-seed scales alpha_j ``[len(seeds), d]`` of a ``seed`` axis."""

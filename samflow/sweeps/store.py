@@ -28,7 +28,7 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow.engine import Setup, one_ahead, start_points
+from samflow.engine import Points, Setup, one_ahead, start_points
 from samflow.errors import InputError, RunFailure
 from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, checksum_holds, write_dataset, write_text_atomic
@@ -48,13 +48,21 @@ def chunk_plan(size: int, chunk: int, n_devices: int) -> tuple[int, list[np.ndar
     return chunk, [np.arange(s, min(s + chunk, size)) for s in range(0, size, chunk)]
 
 
-def start(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) -> Callable[[], dict]:
+def start(
+    setup: Setup,
+    spec: SweepSpec,
+    flat: np.ndarray,
+    chunk_size: int,
+    points: Callable[[np.ndarray], Points] | None = None,
+) -> Callable[[], dict]:
     """Dispatch the grid points ``flat`` (padded to ``chunk_size``); the returned function
     waits and gives their NumPy results ``[len(flat), ...]``
-    (:func:`samflow.engine.start_points`)."""
+    (:func:`samflow.engine.start_points`). ``points``: the inputs of the padded flat
+    indices (default :meth:`samflow.sweeps.spec.SweepSpec.points`)."""
     n = len(flat)
     padded = np.concatenate([flat, np.full(chunk_size - n, flat[-1])])
-    result = start_points(setup, spec.points(padded), spec.times())
+    inputs = (spec.points if points is None else points)(padded)
+    result = start_points(setup, inputs, spec.times())
     return lambda: {k: v[:n] for k, v in result().items()}
 
 
@@ -64,11 +72,37 @@ def compute(setup: Setup, spec: SweepSpec, flat: np.ndarray, chunk_size: int) ->
 
 
 def computed(
-    setup: Setup, spec: SweepSpec, blocks: Iterable[np.ndarray], chunk_size: int
+    setup: Setup,
+    spec: SweepSpec,
+    blocks: Iterable[np.ndarray],
+    chunk_size: int,
+    points: Callable[[np.ndarray], Points] | None = None,
 ) -> Iterator[dict]:
     """:func:`compute` of each of ``blocks``, in order, the next chunk running on the
     devices while the caller handles one (:func:`samflow.engine.one_ahead`)."""
-    return one_ahead(blocks, lambda flat: start(setup, spec, flat, chunk_size))
+    return one_ahead(blocks, lambda flat: start(setup, spec, flat, chunk_size, points))
+
+
+def in_memory(
+    spec: SweepSpec,
+    setup: Setup,
+    blocks: list[np.ndarray],
+    chunk_size: int,
+    attrs: dict,
+    *,
+    progress: bool = False,
+    points: Callable[[np.ndarray], Points] | None = None,
+) -> xr.Dataset:
+    """Every chunk of ``blocks`` run and assembled in memory: a sweep without a store
+    (:func:`run` without ``out``; the figures' sweeps, whose ``points`` may replace
+    what the grid gives)."""
+    with _Progress(spec.size, progress) as bar:
+        chunks = []
+        results = computed(setup, spec, blocks, chunk_size, points)
+        for flat, result in zip(blocks, results, strict=True):
+            chunks.append(chunk_dataset(result, flat, spec.dtype))
+            bar.update(len(flat))
+    return assemble(spec, chunks, attrs)
 
 
 def chunk_dataset(chunk: dict[str, np.ndarray], flat: np.ndarray, dtype: str) -> xr.Dataset:
@@ -108,8 +142,6 @@ def assemble(spec: SweepSpec, chunks: list[xr.Dataset], attrs: dict) -> xr.Datas
 def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
     """The settings of a sweep, as file attributes: what it was run with (not what it
     varied), and ``history``."""
-    from samflow.api import model_attrs
-
     varied = set(spec.axis_names)
     return dict(
         method=spec.rule.name,
@@ -130,7 +162,7 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         if spec.sampling is not None and not varied & {"seed", "noise_seed"}
         else None,
         history=history,
-        **model_attrs(spec),
+        **spec.model_attrs(),
         **{k: v for k, v in spec.runner.attrs().items() if k not in varied},
     )
 
@@ -263,13 +295,7 @@ def run(
     key = spec.key()
     attrs["sweep_key"] = key
     if out is None:
-        with _Progress(spec.size, progress) as bar:
-            chunks = []
-            results = computed(setup, spec, blocks, chunk_size)
-            for flat, result in zip(blocks, results, strict=True):
-                chunks.append(chunk_dataset(result, flat, spec.dtype))
-                bar.update(len(flat))
-        return assemble(spec, chunks, attrs)
+        return in_memory(spec, setup, blocks, chunk_size, attrs, progress=progress)
 
     out = check_output(out)
     work = out.with_name(out.name + ".work")

@@ -29,11 +29,11 @@ stopped at tau = 200 is gone once the runs below it are taken to their blow-up.
 What is found, precisely: the edges whose neighbouring scan alphas differ; two edges
 closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
 point reports how many edges it has, all of them in increasing alpha (at most
-:data:`MAX_EDGES`), the edge itself where there is exactly one, and why not
-(:data:`WHY_NAN`) otherwise. A run that fails in the scan or in a bisection makes the
-point's edge NaN with reason ``solver_failure``: the failed alpha may hide an edge; a
-run left unresolved (its fate not decided by the cap) does the same with reason
-``unresolved`` (``solver_failure`` is said first where both apply).
+:data:`samflow.schema.MAX_EDGES`), the edge itself where there is exactly one, and why
+not (:data:`samflow.schema.WHY_NAN`) otherwise. A run that fails in the scan or in a
+bisection makes the point's edge NaN with reason ``solver_failure``: the failed alpha
+may hide an edge; a run left unresolved (its fate not decided by the cap) does the same
+with reason ``unresolved`` (``solver_failure`` is said first where both apply).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ import numpy as np
 
 from samflow import inputs
 from samflow.errors import InputError
+from samflow.init import layer_rows
 from samflow.runners import Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
@@ -68,13 +69,8 @@ MAX_SCAN_POINTS = 100_000
 SCAN_RUN_BYTES = 64
 """Host bytes a boundary scan holds per (grid point, scan alpha): its indices, log
 alpha, regime codes and the bracket masks."""
-KINDS = ("collapse", "direct")
-"""The two kinds of edge: where the regime starts or stops being collapse / direct."""
-MAX_EDGES = 4
-"""Edges of one kind kept per point in ``alpha_<kind>_all`` (more are counted only)."""
-WHY_NAN = ("found", "no_edge", "several_edges", "solver_failure", "unresolved")
-"""Codes 0.. of ``why_nan_<kind>``: why ``alpha_<kind>`` is NaN (0: it is not)."""
 FOUND, NO_EDGE, SEVERAL, FAILURE, UNDECIDED = range(5)
+"""Codes of ``why_nan_<kind>``, in the order of :data:`samflow.schema.WHY_NAN`."""
 CAP_FACTOR = 100.0
 """A flow runner without ``tau_cap`` runs to its fate up to this many times ``tau_max``."""
 
@@ -110,8 +106,8 @@ def boundary(
     Returns, for ``<kind>`` in ``collapse``, ``direct``: ``alpha_<kind>(<axes>)`` (the
     edge where exactly one exists in the range, else NaN), ``n_edges_<kind>(<axes>)``,
     ``alpha_<kind>_all(<axes>, edge)`` (every edge in increasing alpha, NaN-filled to
-    :data:`MAX_EDGES`) and ``why_nan_<kind>(<axes>)`` (:data:`WHY_NAN`), with
-    attributes saying how they were found.
+    :data:`samflow.schema.MAX_EDGES`) and ``why_nan_<kind>(<axes>)``
+    (:data:`samflow.schema.WHY_NAN`), with attributes saying how they were found.
     """
     if not isinstance(axes, Mapping):
         raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")
@@ -178,22 +174,25 @@ class _Regimes:
         self.n_dev = len(devices.mesh().devices.flat)
 
     def __call__(self, flat: np.ndarray, log_alpha: np.ndarray) -> np.ndarray:
-        """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``."""
-        from samflow.engine import run_points
-        from samflow.init import layer_rows
-        from samflow.sweeps.store import chunk_plan
+        """Regime codes of the grid points ``flat`` ``[C]`` at ``exp(log_alpha)`` ``[C]``,
+        run in chunks through the sweep's runner (:func:`samflow.sweeps.store.computed`)."""
+        from samflow.sweeps.store import chunk_plan, computed
 
-        out = []
-        _, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
-        for block in blocks:  # run_points pads each to its bucket and the device count
-            points = self.spec.points(flat[block])
-            rows = layer_rows(np.broadcast_to(points.depth, (len(block),)), self.spec.n_layers)
+        def points(at: np.ndarray):  # at: positions in flat (a padded chunk)
+            out = self.spec.points(flat[at])
+            rows = layer_rows(np.broadcast_to(out.depth, (len(at),)), self.spec.n_layers)
             # The base start has alpha = 1 in every real layer: scale those rows.
-            scale = np.where(rows, np.exp(log_alpha[block])[:, None, None], 1.0)
-            points = points._replace(theta0=points.theta0 * scale)
-            out.append(run_points(self.setup, points, self.spec.times())["regime"])
+            scale = np.where(rows, np.exp(log_alpha[at])[:, None, None], 1.0)
+            return out._replace(theta0=out.theta0 * scale)
+
+        chunk, blocks = chunk_plan(len(flat), inputs.DEFAULT_CHUNK, self.n_dev)
+        regimes = []
+        for block, result in zip(
+            blocks, computed(self.setup, self.spec, blocks, chunk, points), strict=True
+        ):
+            regimes.append(result["regime"])
             self.bar.update(len(block))
-        return np.concatenate(out)
+        return np.concatenate(regimes)
 
 
 def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history) -> xr.Dataset:
@@ -201,7 +200,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
     from tqdm.auto import tqdm
 
     from samflow.regimes import COLLAPSE, DIRECT, FAILED, UNRESOLVED
-    from samflow.schema import BOUNDARY
+    from samflow.schema import BOUNDARY, KINDS, MAX_EDGES
 
     P, S = spec.size, scan_points
     scan = np.linspace(math.log(lo_alpha), math.log(hi_alpha), S)
@@ -285,62 +284,3 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         **runner.attrs(),
     )
     return BOUNDARY.dataset(data, grid=names, dtype=spec.dtype, attrs=settings, history=history)
-
-
-def figure(ds: xr.Dataset):
-    """Every edge against the first grid axis (log-log), other axes at their first value.
-
-    For balanced l2-SAM on one point the closed-form sequential/direct edge of
-    docs/theory.md §4.4 (L = 2) and §4.4b (any L >= 2) is drawn beside the measured one.
-    """
-    import matplotlib.pyplot as plt
-
-    from samflow.plotting import axis_label, is_log_axis
-    from samflow.theory import l2sam_direct_edge
-
-    names = [a for a in ds.attrs.get("axes", "").split() if a]
-    if not names:
-        raise InputError("the boundary figure needs at least one grid axis")
-    x = names[0]
-    sub = ds.isel({n: 0 for n in names[1:]})
-    xs = sub[x].values
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    styles = {"alpha_collapse": ("#004488", "o", "-"), "alpha_direct": ("#BB5566", "s", "--")}
-    for name, (colour, marker, line) in styles.items():
-        label = "collapse edges" if name == "alpha_collapse" else "direct edges"
-        every = sub[f"{name}_all"].values  # [x, edge]: the k-th edge of each x on one curve
-        for k in range(every.shape[-1]):
-            if np.isfinite(every[:, k]).any():
-                ax.plot(
-                    xs,
-                    every[:, k],
-                    color=colour,
-                    marker=marker,
-                    ls=line,
-                    ms=4,
-                    label=label if k == 0 else None,
-                )
-    a = ds.attrs
-    depth = a.get("depth") or 0  # None (or absent) where depth is a grid axis
-    if x == "rho" and a.get("method") == "sam-l2" and depth >= 2 and "mu" in a:
-        exact = [l2sam_direct_edge(a["mu"], r, int(depth)) for r in xs]
-        ax.plot(
-            xs,
-            exact,
-            color="black",
-            ls=":",
-            lw=1.5,
-            label=rf"closed form $\rho M^*/(\sqrt{{{int(depth)}}}\|\mu\|)$ (theory §4.4b)",
-        )
-    ax.set_yscale("log")
-    if is_log_axis(xs):
-        ax.set_xscale("log")
-    ax.set_xlabel(axis_label(x))
-    ax.set_ylabel(r"critical $\alpha$")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    ax.set_title(
-        f"{a.get('method')}, L = {a.get('depth', 'varied')}, {a.get('mode')}: regime edges",
-        fontsize=10,
-    )
-    return fig
