@@ -238,7 +238,7 @@ def simulate(
     if balanced:
         from samflow.balanced import network
 
-        if not model.default or sampling is not None:
+        if not model.closed_forms or sampling is not None:
             raise ValueError("the balanced step runs the paper's model, full batch, only")
         net = network(theta0, problem, depth, rho, eta, rule)
     else:
