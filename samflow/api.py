@@ -306,9 +306,10 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
 def model_attrs(spec: SweepSpec) -> dict:
     """File attributes of the model options, each only where it is not the default (a
     file of the paper's model stays as it was)."""
+    model = spec.model
     out = {
-        "parametrization": spec.parametrization,
-        "loss": spec.loss,
+        "parametrization": model.parametrization.name,
+        "loss": model.loss.name,
         "active_threshold": spec.active_threshold if spec.summaries else None,
         "beta_star": np.asarray(spec.beta_star) if spec.beta_star else None,
     }
@@ -321,9 +322,10 @@ def model_attrs(spec: SweepSpec) -> dict:
 
 def _model_call(spec: SweepSpec) -> dict:
     """The model keywords of a Python call, for its history line (None where default)."""
+    loss, parametrization = spec.model.loss.name, spec.model.parametrization.name
     return {
-        "loss": None if spec.loss == "logistic" else spec.loss,
-        "parametrization": None if spec.parametrization == "product" else spec.parametrization,
+        "loss": None if loss == "logistic" else loss,
+        "parametrization": None if parametrization == "product" else parametrization,
         "sharpness": True if spec.sharpness else None,
     }
 
