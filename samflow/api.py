@@ -127,7 +127,6 @@ def trajectory(
     ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §12); a deterministic run
     refuses it (``InputError``: it would change nothing).
     """
-    inputs.check_model(parametrization, loss, inputs.check_depth(depth))
     X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
     theta0 = initial_theta(

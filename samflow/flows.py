@@ -1,17 +1,19 @@
 """Continuous-time flows with diffrax (docs/theory.md §3 and §4).
 
-One data point (``x = mu``, ``y = +1``): the *rescaled* flow in ``tau``,
+One data point and a margin loss: the *rescaled* flow in ``tau``,
 
-    dw^(l)_j / dtau = mu_j prod_{k != l} w~^(k)_j,    w~ = w + rho eps,
+    dtheta / dtau = m(theta~),    m[l, j] = y x_j G[l, j],    theta~ = theta + rho eps,
 
-where ``eps`` is the method's perturbation of ``g = l'(z) m``, ``m^(l)_j = mu_j
-prod_{k != l} w^(k)_j``. For scale-invariant rules (l2, linf) ``eps`` is computed from
-``-m`` directly (``l'(z)`` underflows once the margin is large); USAM keeps the factor.
-More than one point: the plain SAM gradient flow ``dtheta/dt = -grad Loss(theta + rho
-eps)`` with ``t = eta * steps``.
+with ``G`` the parametrisation's Jacobian (for the paper's network ``m^(l)_j = mu_j
+prod_{k != l} w^(k)_j``), where ``eps`` is the method's perturbation of ``g = l'(z) m``.
+For scale-invariant rules (l2, linf) ``eps`` is computed from ``-m`` directly (``l'(z)``
+underflows once the margin is large); USAM keeps the factor. More than one point, or a
+loss that is not a margin loss: the plain SAM gradient flow ``dtheta/dt = -grad
+Loss(theta + rho eps)`` with ``t = eta * steps``.
 
 Three formulations, chosen by :func:`formulation_for` (or forced with
-:class:`samflow.runners.Flow`'s ``formulation``):
+:class:`samflow.runners.Flow`'s ``formulation``) from what the model and the rule
+declare (:func:`formulated` builds each, for every model: docs/theory.md §10.5):
 
 ``log``
     Balanced positive initialisation (every real layer equal to the same vector
@@ -19,6 +21,9 @@ Three formulations, chosen by :func:`formulation_for` (or forced with
     all layers stay equal to ``u``, and the state is ``s = log u``. The field stands
     beside its rule (:class:`samflow.rules.BalancedFlow`, derivation in docs/theory.md
     §3); every power is taken in log space, so exponential growth does not overflow.
+    On a parametrisation that declares a log-space gradient descent
+    (:class:`samflow.parametrizations.LogGradientFlow`, u2-v2), gd from its balanced
+    start, any data and loss, with the state ``R`` of that closed form.
 ``linf``
     Balanced positive initialisation, one point, sam-linf: ``du_j/dtau = mu_j (u_j -
     rho)^(L-1)`` with 0 absorbing for even L (beside the rule as well).

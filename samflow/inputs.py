@@ -286,10 +286,11 @@ def check_problem(mu=None, data=None, loss="logistic") -> tuple[np.ndarray, np.n
     X, y = real_array("data X", data[0], ndim=2), real_array("data y", data[1], ndim=1)
     if X.shape[0] != y.shape[0]:
         raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
-    margin = loss != "squared" if isinstance(loss, str) else loss.margin
+    # Anything else (not a loss) is refused by samflow.model.Model, which names it.
+    margin = loss != "squared" if isinstance(loss, str) else getattr(loss, "margin", True)
     if margin and not np.all(np.isin(y, (-1.0, 1.0))):
         shown = np.unique(y)[:8].tolist()
-        name = loss if isinstance(loss, str) else loss.name
+        name = getattr(loss, "name", loss)
         raise InputError(f"data: labels must be -1 or +1 for the {name} loss, got {shown}")
     return X, y
 

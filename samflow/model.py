@@ -34,8 +34,10 @@ from jax import Array
 from samflow.errors import InputError
 from samflow.inputs import check_problem
 from samflow.layout import sum_rows
+from samflow.losses import BUILT_IN as LOSS_NAMES
 from samflow.losses import LOGISTIC, Loss
 from samflow.losses import loss as as_loss
+from samflow.parametrizations import BUILT_IN as PARAMETRIZATION_NAMES
 from samflow.parametrizations import PRODUCT, Parametrization
 from samflow.parametrizations import parametrization as as_parametrization
 
@@ -393,6 +395,19 @@ class Model:
         H, trace = self._hessian_parts(theta, problem, mask)
         L, d = theta.shape[:2]
         return top_eigenvalue(H.reshape(L * d, L * d, *theta.shape[2:])), trace
+
+
+def named_classifies(parametrization: str, loss: str) -> bool:
+    """:attr:`Model.classifies` of the model a file names (its ``parametrization`` and
+    ``loss`` attributes). A name that is no built-in one is a user's object, which the
+    file does not hold: a parametrisation of one's own is not the product network, and
+    a loss of one's own on the product network is taken as a margin loss (as before
+    objects: every loss but ``squared``)."""
+    if parametrization not in PARAMETRIZATION_NAMES:
+        return False
+    if loss not in LOSS_NAMES:
+        return PARAMETRIZATION_NAMES[parametrization].layered
+    return Model(parametrization, loss).classifies
 
 
 def top_eigenvalue(H: Array, iterations: int = 64) -> Array:
