@@ -18,6 +18,7 @@ from scipy.integrate import solve_ivp
 from tolerance import norm_rel
 
 import samflow
+from samflow import inputs, losses, parametrizations
 from samflow.model import Problem
 from samflow.precision import precision
 
@@ -163,8 +164,11 @@ def test_protocol_checks_and_the_example_runs(tmp_path):
         MODEL.check_theta(np.ones((3, 3)))
     with pytest.raises(samflow.InputError, match="depth must be 2"):
         samflow.trajectory("gd", alpha=0.5, runner=samflow.Discrete(0.1, 2), **{**KW, "depth": 3})
+    # the command line's names, kept where no JAX is loaded, are the built-in objects'
+    assert tuple(parametrizations.BUILT_IN) == inputs.PARAMETRIZATIONS
+    assert tuple(losses.BUILT_IN) == inputs.LOSSES
     assert samflow.Model("u2-v2", "squared") == samflow.Model(
-        samflow.parametrizations.U2_V2, samflow.losses.SQUARED
+        parametrizations.U2_V2, losses.SQUARED
     )
     run = subprocess.run(
         [sys.executable, str(EXAMPLE)], capture_output=True, text=True, cwd=tmp_path, timeout=600
