@@ -11,8 +11,9 @@ Where things live:
 - :mod:`samflow.rules`: GD / l2-SAM / linf-SAM / USAM as perturbation rules (and yours).
 - :mod:`samflow.steps`: one step over any pytree; :mod:`samflow.transform`: SAM around
   an optax optimiser; :func:`samflow.fit`: the discrete runner for any model and loss.
-- :mod:`samflow.model`: the diagonal network (product, u2-v2, uv) and its losses
-  (logistic, exponential, squared), explicit gradient and Hessian (:class:`Model`).
+- :mod:`samflow.model`: the diagonal network and its loss, explicit gradient and Hessian
+  (:class:`Model`); :mod:`samflow.parametrizations` (product, u2-v2, uv, and yours) and
+  :mod:`samflow.losses` (logistic, exponential, squared, and yours).
 - :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
 - :mod:`samflow.discrete`, :mod:`samflow.flows`: the discrete run and the diffrax flow.
 - :mod:`samflow.engine`: the point runner every path goes through.
@@ -44,7 +45,10 @@ _WHERE = {
     "USAM": "samflow.rules",
     "Discrete": "samflow.runners",
     "FitResult": "samflow._fit",
+    "Loss": "samflow.losses",
+    "MarginLoss": "samflow.losses",
     "Model": "samflow.model",
+    "Parametrization": "samflow.parametrizations",
     "Flow": "samflow.runners",
     "PerturbationRule": "samflow.rules",
     "SweepSpec": "samflow.sweeps.spec",

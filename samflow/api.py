@@ -127,7 +127,6 @@ def trajectory(
     ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §12); a deterministic run
     refuses it (``InputError``: it would change nothing).
     """
-    inputs.check_model(parametrization, loss, inputs.check_depth(depth))
     X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
     theta0 = initial_theta(
@@ -273,9 +272,10 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
 
 def _model_call(spec: SweepSpec) -> dict:
     """The model keywords of a Python call, for its history line (None where default)."""
+    loss, parametrization = spec.model.loss.name, spec.model.parametrization.name
     return {
-        "loss": None if spec.loss == "logistic" else spec.loss,
-        "parametrization": None if spec.parametrization == "product" else spec.parametrization,
+        "loss": None if loss == "logistic" else loss,
+        "parametrization": None if parametrization == "product" else parametrization,
         "sharpness": True if spec.sharpness else None,
     }
 

@@ -91,7 +91,7 @@ def setting_applies(
     written for it), full-batch and deterministic (no ``sampling``,
     :class:`samflow.stochastic.Sampling`), with a rule that treats layers alike
     (:func:`rule_applies`)."""
-    return mode == "discrete" and model.default and sampling is None and rule_applies(rule)
+    return mode == "discrete" and model.closed_forms and sampling is None and rule_applies(rule)
 
 
 def applies(

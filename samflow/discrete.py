@@ -211,7 +211,7 @@ def simulate(
     They take the general step (``balanced_step`` must be False).
     """
     if balanced_step:
-        if not model.default or sampling is not None:
+        if not model.closed_forms or sampling is not None:
             raise ValueError("the balanced step runs the paper's model, full batch, only")
         net = balanced_network(theta0, problem, depth, rho, eta, rule)
     else:

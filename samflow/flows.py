@@ -1,17 +1,19 @@
 """Continuous-time flows with diffrax (docs/theory.md §3 and §4).
 
-One data point (``x = mu``, ``y = +1``): the *rescaled* flow in ``tau``,
+One data point and a margin loss: the *rescaled* flow in ``tau``,
 
-    dw^(l)_j / dtau = mu_j prod_{k != l} w~^(k)_j,    w~ = w + rho eps,
+    dtheta / dtau = m(theta~),    m[l, j] = y x_j G[l, j],    theta~ = theta + rho eps,
 
-where ``eps`` is the method's perturbation of ``g = l'(z) m``, ``m^(l)_j = mu_j
-prod_{k != l} w^(k)_j``. For scale-invariant rules (l2, linf) ``eps`` is computed from
-``-m`` directly (``l'(z)`` underflows once the margin is large); USAM keeps the factor.
-More than one point: the plain SAM gradient flow ``dtheta/dt = -grad Loss(theta + rho
-eps)`` with ``t = eta * steps``.
+with ``G`` the parametrisation's Jacobian (for the paper's network ``m^(l)_j = mu_j
+prod_{k != l} w^(k)_j``), where ``eps`` is the method's perturbation of ``g = l'(z) m``.
+For scale-invariant rules (l2, linf) ``eps`` is computed from ``-m`` directly (``l'(z)``
+underflows once the margin is large); USAM keeps the factor. More than one point, or a
+loss that is not a margin loss: the plain SAM gradient flow ``dtheta/dt = -grad
+Loss(theta + rho eps)`` with ``t = eta * steps``.
 
 Three formulations, chosen by :func:`formulation_for` (or forced with
-:class:`samflow.runners.Flow`'s ``formulation``):
+:class:`samflow.runners.Flow`'s ``formulation``) from what the model and the rule
+declare (:func:`formulated` builds each, for every model: docs/theory.md §10.5):
 
 ``log``
     Balanced positive initialisation (every real layer equal to the same vector
@@ -19,6 +21,9 @@ Three formulations, chosen by :func:`formulation_for` (or forced with
     all layers stay equal to ``u``, and the state is ``s = log u``. The field stands
     beside its rule (:class:`samflow.rules.BalancedFlow`, derivation in docs/theory.md
     §3); every power is taken in log space, so exponential growth does not overflow.
+    On a parametrisation that declares a log-space gradient descent
+    (:class:`samflow.parametrizations.LogGradientFlow`, u2-v2), gd from its balanced
+    start, any data and loss, with the state ``R`` of that closed form.
 ``linf``
     Balanced positive initialisation, one point, sam-linf: ``du_j/dtau = mu_j (u_j -
     rho)^(L-1)`` with 0 absorbing for even L (beside the rule as well).
@@ -64,18 +69,7 @@ from samflow import fate as fates
 from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
-from samflow.model import (
-    DEFAULT,
-    Model,
-    Problem,
-    beta,
-    exclusive_products,
-    grad_and_aux,
-    inner_products,
-    layer_mask,
-    loss,
-    weighted_points,
-)
+from samflow.model import DEFAULT, Model, Problem, inner_products, layer_mask, weighted_points
 from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_range, top
 from samflow.rules import PerturbationRule
 from samflow.runners import Flow
@@ -272,40 +266,35 @@ def formulation_for(
     balanced: bool,
     model: Model = DEFAULT,
 ) -> str:
-    """The formulation a solve uses: ``requested``, or for ``auto`` the rule's closed
-    form (log or linf) when it has one, the problem is one point with ``mu > 0`` and
-    the start is balanced and positive; otherwise ``linear``. InputError when a
-    closed form is forced where it does not hold.
+    """The formulation a solve uses: ``requested``, or for ``auto`` the closed form the
+    model and rule declare where the start allows it; otherwise ``linear``. InputError
+    when a closed form is forced where it does not hold.
 
-    Other parametrisations (``model``): ``log`` is the log-space gradient flow of
-    u2-v2 (:func:`u2v2_log_field`), for gd from ``u = v > 0`` (``balanced``), any data
-    and loss; ``auto`` takes it there; else ``linear`` (the closed forms of the paper's
-    model are the logistic loss's)."""
-    if not model.default:
-        usable = (
-            "log"
-            if model.parametrization == "u2-v2" and rule.direction is None and balanced
-            else None
+    The closed forms: on a model with :attr:`samflow.model.Model.closed_forms` (the
+    paper's), the rule's own (:class:`samflow.rules.BalancedFlow`, ``log`` or ``linf``),
+    for one point with ``mu > 0`` and a balanced positive start; on a parametrisation
+    with a :class:`samflow.parametrizations.LogGradientFlow` (u2-v2), ``log`` for gd
+    from its balanced start (``u = v > 0``), any data and loss (:func:`log_gd_field`).
+    """
+    if model.closed_forms:
+        closed = rule.balanced.formulation if rule.balanced is not None else None
+        usable = closed if (one_point_positive and balanced) else None
+        need = (
+            f"needs one point with mu > 0, a balanced positive initialisation and a rule "
+            f"whose closed form is {requested!r} (method {rule.name} has {closed or 'none'})"
         )
-        if requested == "auto":
-            return usable or "linear"
-        if requested != "linear" and requested != usable:
-            raise InputError(
-                f"formulation {requested!r} is not available for parametrization "
-                f"{model.parametrization}, loss {model.loss}, method {rule.name}: use linear "
-                "(or log: u2-v2, method gd, u = v > 0 at the start)"
-            )
-        return requested
-    closed = rule.balanced.formulation if rule.balanced is not None else None
-    usable = closed if (one_point_positive and balanced) else None
+    else:
+        log_gd = model.parametrization.log_gd is not None
+        usable = "log" if log_gd and rule.direction is None and balanced else None
+        need = (
+            f"is not available for parametrization {model.parametrization.name}, loss "
+            f"{model.loss.name}, method {rule.name}: use linear (or log: u2-v2, method gd, "
+            "u = v > 0 at the start)"
+        )
     if requested == "auto":
         return usable or "linear"
     if requested != "linear" and requested != usable:
-        raise InputError(
-            f"formulation {requested!r} needs one point with mu > 0, a balanced positive "
-            f"initialisation and a rule whose closed form is {requested!r} "
-            f"(method {rule.name} has {closed or 'none'})"
-        )
+        raise InputError(f"formulation {requested!r} {need}")
     return requested
 
 
@@ -329,29 +318,12 @@ def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
     return jnp.where(unique, jnp.argmax(score) + 1, 0).astype(jnp.int32)
 
 
-def _m(theta, mu, mask):
-    return mu * exclusive_products(theta) * mask
-
-
-def _rescaled_field(tau, theta, args):
-    mu, mask, rho, rule = args
-    m = _m(theta, mu, mask)
-    scale = 1.0 if rule.scale_invariant else jax.nn.sigmoid(-jnp.sum(mu * beta(theta)))
-    tilde = rule.perturbed(theta, -scale * m, rho)
-    return _m(tilde, mu, mask)
-
-
-def _plain_field(tau, theta, args):
-    problem, mask, rho, rule = args
-    g, _ = grad_and_aux(theta, problem, mask)
-    g_adv, _ = grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)
-    return -g_adv
-
-
-def _model_rescaled_field(tau, theta, args):
+def rescaled_field(tau, theta, args):
     """One point, a margin loss, any parametrisation: ``dtheta/dtau = m(theta~)`` with
-    ``m = y x G(theta)`` (``G`` :meth:`samflow.model.Model.jacobian`); the ascent is
-    ``-m`` for a scale-invariant rule, else ``-|l'(z)| m`` (docs/theory.md §3, §10)."""
+    ``m = y x G(theta)`` (``G`` :meth:`samflow.model.Model.jacobian`, padding rows masked)
+    and ``theta~ = theta + rho eps``; the ascent is ``-m`` for a scale-invariant rule,
+    else ``-|l'(z)| m`` with ``|l'(z)|`` the loss's :meth:`samflow.losses.MarginLoss.rate`
+    (docs/theory.md §3, §10). ``args``: ``(problem, mask, rho, rule, model)``."""
     problem, mask, rho, rule, model = args
     yx = problem.y[0] * problem.X[0]
 
@@ -361,12 +333,13 @@ def _model_rescaled_field(tau, theta, args):
     if rule.scale_invariant:
         scale = 1.0
     else:
-        scale = model.grad_and_aux(theta, problem, mask)[1].lprime_abs
+        scale = model.loss.rate(jnp.sum(yx * model.beta(theta)))
     return m(rule.perturbed(theta, -scale * m(theta), rho))
 
 
-def _model_plain_field(tau, theta, args):
-    """The SAM gradient flow ``-grad Loss(theta + rho eps)`` of any model, in plain time."""
+def plain_field(tau, theta, args):
+    """The SAM gradient flow ``-grad Loss(theta + rho eps)`` of any model, in plain time
+    (GD: ``-grad Loss(theta)``). ``args``: ``(problem, mask, rho, rule, model)``."""
     problem, mask, rho, rule, model = args
     if rule.direction is None:
         return -model.grad_and_aux(theta, problem, mask)[0]
@@ -374,24 +347,15 @@ def _model_plain_field(tau, theta, args):
     return -model.grad_and_aux(rule.perturbed(theta, g, rho), problem, mask)[0]
 
 
-def u2v2_log_beta(R: Array, a: Array) -> Array:
-    """beta of the u2-v2 log-space state: ``-2 a^2 sinh(4 R)`` (:func:`u2v2_log_field`)."""
-    return -2.0 * a * a * jnp.sinh(4.0 * R)
-
-
-def u2v2_log_field(tau, R, args):
-    """Gradient flow of u2-v2 from ``u = v = a`` in log space (**derived here**).
-
-    ``du/dt = -2 u c``, ``dv/dt = +2 v c`` with ``c = grad_beta Loss`` ``[d]``, so
-    ``u = a e^{-2R}``, ``v = a e^{2R}`` with ``dR/dt = c(beta)`` and ``beta = u^2 - v^2 =
-    -2 a^2 sinh(4R)``. The state ``R`` is O(log(1/a)) however small ``a`` is: the flow
-    from ``a = 1e-8`` is as well conditioned as from ``a = 1``. One point with a margin
-    loss runs in rescaled time (``c`` divided by ``|l'(z)|``), else in plain time.
-    """
+def log_gd_field(tau, R, args):
+    """Gradient descent in the log-space state ``R`` of a parametrisation's
+    :class:`samflow.parametrizations.LogGradientFlow`: ``dR/dt = c(beta)``, ``c =
+    grad_beta Loss`` ``[d]``. One point with a margin loss runs in rescaled time (``c``
+    divided by ``|l'(z)|``), else in plain time. ``args``: ``(problem, a, model)``."""
     problem, a, model = args
-    b = u2v2_log_beta(R, a)
+    b = model.parametrization.log_gd.beta(R, a)
     p = inner_products(problem.X, b)
-    _, d1, _ = model._derivatives(p, problem.y)
+    _, d1, _ = model.loss.derivatives(p, problem.y)
     c = weighted_points(problem.X, d1) / p.shape[0]
     if model.rescales(problem.X.shape[0]):
         c = c / jnp.abs(d1[0])
@@ -649,32 +613,83 @@ def _stop(sol, edge: Array, event: Array) -> tuple[LeaderPath, Array]:
     return path, jnp.where(event, ta + frac * (tb - ta), sol.ts[1][0])
 
 
-def _formulated(theta0, problem, depth, rho, rule, form):
-    """The paper's model as solved in formulation ``form``: the state at the start, its
-    field and the field's args, ``log |beta|`` ``[d]`` of a state (0 clipped to the
-    smallest normal number, no -inf), the scaling ``c`` of a balanced start with its
-    time factor ``speed`` (solved time = ``speed * tau``), and the certificate of a
-    state (``(code, winner)``, :meth:`samflow.rules.BalancedFlow.fate`; None for the
-    linear formulation or a closed form without one)."""
+class Formulated(NamedTuple):
+    """A model's flow as solved in one formulation (:func:`formulated`).
+
+    Fields:
+        y0: the state at the start.
+        field: ``(tau, y, args) -> dy/dtau`` and its ``args``.
+        args: the field's arguments.
+        beta_of: ``y -> beta`` ``[d]`` of a state.
+        log_beta: ``y -> log |beta|`` ``[d]``, 0 clipped to the smallest normal number.
+        log_beta_max: ``y -> log max_j |beta_j|``, not clipped (``log 0 = -inf``) where
+            the solve is ``singular``.
+        to_theta: ``y -> theta`` ``[L_max, d]`` of a state mapped back by ``unscale``.
+        unscale: a solved state -> the state of the problem as given (undoes ``c``).
+        speed: solved time = ``speed * tau``.
+        certify: ``y -> (code, winner)``, the certificate of a state
+            (:meth:`samflow.rules.BalancedFlow.fate`), or None.
+        singular: whether the solve follows the finite-time singularities of docs/theory.md
+            §4 (a collapse event at ``beta -> 0``, the blow-up edge lowered for L >= 3):
+            the model's :attr:`samflow.model.Model.closed_forms`. Elsewhere only the
+            overflow guard stops it.
+    """
+
+    y0: Array
+    field: Callable
+    args: tuple
+    beta_of: Callable[[Array], Array]
+    log_beta: Callable[[Array], Array]
+    log_beta_max: Callable[[Array], Array]
+    to_theta: Callable[[Array], Array]
+    unscale: Callable[[Array], Array]
+    speed: Array
+    certify: Callable | None
+    singular: bool
+
+
+def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
+    """``model``'s flow from ``theta0`` in formulation ``form`` (:func:`formulation_for`):
+    a rule's closed form (log, linf) on the paper's model, a parametrisation's log-space
+    gradient descent (log), or ``theta`` itself (linear) under :func:`rescaled_field` for
+    one point of a margin loss, else :func:`plain_field`."""
     dtype = theta0.dtype
     n_layers, _ = theta0.shape
     static = depth if isinstance(depth, int | np.integer) else None
     depth = jnp.asarray(depth)
     rho = jnp.asarray(rho, dtype)
     mask = layer_mask(depth, n_layers, dtype)
-    mu = problem.X[0]
-    # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
-    # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest alpha
-    # above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and the
-    # solver could not start. (Small alphas are left alone: at L = 8, alpha = 1e-8 the
-    # time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is mapped
-    # back at the end.
-    scaled = form != "linear" and rule.scale_invariant
-    largest = jnp.max(theta0[0])
-    c = jnp.where(scaled & (depth >= 3) & (largest > 1), 1.0 / largest, 1.0).astype(dtype)
-    speed = c ** (2 - depth).astype(dtype)
+    tiny = jnp.finfo(dtype).tiny
+    one = jnp.ones((), dtype)
     certify = None
-    if form != "linear":  # the rule's closed form, balanced start: state u [d]
+
+    def identity(y):
+        return y
+
+    if form == "log" and not model.closed_forms:  # the parametrisation's gd, u = v = a
+        a, log_gd = theta0[0], model.parametrization.log_gd
+
+        def beta_of(R):
+            return log_gd.beta(R, a)
+
+        def to_theta(R):
+            return log_gd.theta(R, a)
+
+        y0, field, args = jnp.zeros_like(a), log_gd_field, (problem, a, model)
+        unscale, speed = identity, one
+
+    elif form != "linear":  # the rule's closed form, balanced start: state u [d]
+        mu = problem.X[0]
+        # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
+        # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest
+        # alpha above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and
+        # the solver could not start. (Small alphas are left alone: at L = 8, alpha =
+        # 1e-8 the time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is
+        # mapped back at the end.
+        largest = jnp.max(theta0[0])
+        scaled = rule.scale_invariant & (depth >= 3) & (largest > 1)
+        c = jnp.where(scaled, 1.0 / largest, 1.0).astype(dtype)
+        speed = c ** (2 - depth).astype(dtype)
         closed = rule.balanced
         field_depth = depth if static is None else static  # static: the field specialises
         y0, field, args = closed.state(c * theta0[0]), closed.field, (mu, field_depth, c * rho)
@@ -683,19 +698,37 @@ def _formulated(theta0, problem, depth, rho, rule, form):
             def certify(y):
                 return closed.fate(y, mu, field_depth, c * rho)
 
-    elif problem.X.shape[0] == 1:
-        y0, field, args = theta0, _rescaled_field, (mu, mask, rho, rule)
+        def to_theta(y):
+            return _to_theta(y, form, n_layers, depth)
+
+        def beta_of(y):
+            return model.beta(to_theta(y))
+
+        def unscale(y):
+            return y - jnp.log(c) if form == "log" else y / c
+
     else:
-        y0, field, args = theta0, _plain_field, (problem, mask, rho, rule)
-    tiny = jnp.finfo(dtype).tiny
+        rescaled = model.rescales(problem.X.shape[0])
+        field = rescaled_field if rescaled else plain_field
+        y0, args = theta0, (problem, mask, rho, rule, model)
+        to_theta, unscale, beta_of, speed = identity, identity, model.beta, one
 
     def log_beta(y):
-        if form == "log":
+        if form == "log" and model.closed_forms:
             return depth * y
-        b = beta(_to_theta(y, form, n_layers, depth))
-        return jnp.log(jnp.maximum(jnp.abs(b), tiny))
+        return jnp.log(jnp.maximum(jnp.abs(beta_of(y)), tiny))
 
-    return y0, field, args, log_beta, c, speed, certify
+    def log_beta_max(y):
+        if form == "log" and model.closed_forms:
+            return depth * jnp.max(y)
+        if model.closed_forms:  # not clipped: the collapse edge (log 0 = -inf) is seen
+            return jnp.log(jnp.max(jnp.abs(beta_of(y))))
+        return jnp.max(log_beta(y))
+
+    return Formulated(
+        y0, field, args, beta_of, log_beta, log_beta_max, to_theta, unscale, speed, certify,
+        model.closed_forms,
+    )  # fmt: skip
 
 
 def integrate(
@@ -715,59 +748,49 @@ def integrate(
     ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon. ``major`` (1-based)
     is the major coordinate, for the leader path: by default ``argmax_j mu_j`` of one
     point; ``n`` points need it given (:func:`samflow.model.major_coordinate`).
-    ``model``: the parametrisation and loss (static). Other than the paper's it runs
-    the ``linear`` formulation with the model's field (rescaled time for one point
-    and a margin loss, else plain time) or u2-v2's ``log`` one; it has no collapse
-    event (beta(0) may be 0), only the overflow guard.
+    ``model``: the parametrisation and loss (static), solved as :func:`formulated` says.
+    Where the model has no closed forms (:attr:`samflow.model.Model.closed_forms`) the
+    solve has no collapse event (beta(0) may be 0) and no certificate, only the
+    overflow guard.
     """
-    if not model.default:
-        return _integrate_model(
-            theta0, problem, depth, rho, save_tau, rule=rule, config=config, major=major,
-            model=model,
-        )  # fmt: skip
-    dtype = theta0.dtype
     n_layers, _ = theta0.shape
     depth = jnp.asarray(depth)
-    mask = layer_mask(depth, n_layers, dtype)
-    form = config.formulation
-    y0, field, args, log_beta, c, speed, certify = _formulated(
-        theta0, problem, depth, rho, rule, form
-    )
-    save_scaled = save_tau * speed
+    mask = layer_mask(depth, n_layers, theta0.dtype)
+    f = formulated(theta0, problem, depth, rho, rule, config.formulation, model)
+    y0, field, args, log_beta_max = f.y0, f.field, f.args, f.log_beta_max
+    save_scaled = save_tau * f.speed
+    beta0, dbeta0 = jax.jvp(f.beta_of, (y0,), (field(save_tau[0], y0, args),))
+    if f.singular:
+        low = log_beta_max(y0) - config.singular_log_range
+        high = jnp.where(
+            depth >= 3,
+            jnp.minimum(config.log_beta_max, depth / (depth - 2) * config.singular_log_range),
+            config.log_beta_max,
+        )
 
-    def log_beta_max(y):  # not clipped: log 0 = -inf
-        if form == "log":
-            return depth * jnp.max(y)
-        return jnp.log(jnp.max(jnp.abs(beta(_to_theta(y, form, n_layers, depth)))))
+        def edges(y):
+            level = log_beta_max(y)
+            return jnp.minimum(high - level, level - low)
 
-    # beta and its rate at tau = 0, through the state -> theta map of the formulation.
-    beta0, dbeta0 = jax.jvp(
-        lambda y: beta(_to_theta(y, form, n_layers, depth)), (y0,), (field(save_tau[0], y0, args),)
-    )
-    low = log_beta_max(y0) - config.singular_log_range
-    high = jnp.where(
-        depth >= 3,
-        jnp.minimum(config.log_beta_max, depth / (depth - 2) * config.singular_log_range),
-        config.log_beta_max,
-    )
+    else:
+        high = config.log_beta_max
 
-    def edges(y):
-        level = log_beta_max(y)
-        return jnp.minimum(high - level, level - low)
+        def edges(y):
+            return high - log_beta_max(y)
 
     def fate_of(y):
         """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE or FINITE)."""
-        if certify is None:
+        if f.certify is None:
             return jnp.asarray(fates.OPEN, jnp.int32)
-        code, winner = certify(y)
-        settled = (code == fates.LEADS) & (top(log_beta(y)) == winner)
+        code, winner = f.certify(y)
+        settled = (code == fates.LEADS) & (top(f.log_beta(y)) == winner)
         return jnp.select(
             [settled, code == fates.COLLAPSE, code == fates.FINITE],
             [fates.SETTLED, fates.COLLAPSE, fates.FINITE],
             fates.OPEN,
         ).astype(jnp.int32)
 
-    if config.extend > 1:  # past the horizon, stop where the fate is decided
+    if config.extend > 1 and f.certify is not None:  # past the horizon, stop where decided
 
         def cond_fn(t, y, args, **kwargs):
             decided = (t >= save_scaled[-1]) & (fate_of(y) != fates.OPEN)
@@ -779,30 +802,35 @@ def integrate(
             return edges(y)
 
     sol, lead_start = _solve(
-        field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
-    )
+        field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), f.log_beta,
+        cond_fn,
+    )  # fmt: skip
     ys, y_end, event, failed = _ended(sol)
-    certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
-    collapsed = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
+    if f.singular:
+        certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
+        collapsed = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
+        edge = jnp.where(collapsed, low, high)
+    else:
+        certified_stop, collapsed, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
     blowup = event & ~certified_stop & ~collapsed
     fate = jnp.select(
         [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end)
     ).astype(jnp.int32)
-    unscaled = ys - jnp.log(c) if form == "log" else ys / c
-    theta = _to_theta(unscaled, form, n_layers, depth)
-    path, stop = _stop(sol, jnp.where(collapsed, low, high), event & ~certified_stop)
-    path = path._replace(tau=path.tau / speed)
+    unscaled = f.unscale(ys)
+    path, stop = _stop(sol, edge, event & ~certified_stop)
+    path = path._replace(tau=path.tau / f.speed)
     # Records beyond the stop, or beyond the upper edge, are past the horizon. A NaN
     # record inside the horizon stays valid, so that the run is FAILED, never
-    # classified from its other records.
-    inside = (save_scaled <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
-    stop = stop / speed
-    valid = inside
-    zero = jnp.where(mask > 0, 0.0, 1.0).astype(dtype)
+    # classified from its other records. After a collapse beta is 0 (padding rows one).
+    valid = (save_scaled <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
+    stop = stop / f.speed
+    zero = jnp.where(mask > 0, 0.0, 1.0).astype(theta0.dtype)
     after = jnp.where(collapsed & ~failed, zero, jnp.nan)
-    theta = jnp.where(valid[:, None, None], theta, after)
-    b = jax.vmap(beta)(theta)
-    lossv = jax.vmap(lambda th: loss(th, problem))(theta)
+    theta = jnp.where(valid[:, None, None], jax.vmap(f.to_theta)(unscaled), after)
+    b = jnp.where(
+        valid[:, None], jax.vmap(f.beta_of)(unscaled), jnp.where(collapsed & ~failed, 0.0, jnp.nan)
+    )
+    lossv = jax.vmap(lambda th: model.value(th, problem))(theta)
     return FlowSolution(
         tau=save_tau,
         beta=b,
@@ -839,107 +867,9 @@ def start_rate(
     direct run grows in few long ones). The rate is ``sum_j softmax_j(log |beta|)
     d log |beta_j| / dtau``, from the field at the start by forward differentiation.
     """
-    form = config.formulation
-    if model.default:
-        y0, field, args, log_beta, _, speed, _ = _formulated(
-            theta0, problem, depth, rho, rule, form
-        )
-    else:
-        y0, field, args, log_beta = _model_formulated(
-            theta0, problem, depth, rho, rule, form, model
-        )[:4]
-        speed = 1.0
+    f = formulated(theta0, problem, depth, rho, rule, config.formulation, model)
     zero = jnp.zeros((), theta0.dtype)
-    _, rate = jax.jvp(lambda y: jax.nn.logsumexp(log_beta(y)), (y0,), (field(zero, y0, args),))
-    return rate * speed
-
-
-def _model_formulated(theta0, problem, depth, rho, rule, form, model):
-    """:func:`_formulated` for a model other than the paper's: the state at the start, its
-    field and args, ``log |beta|`` ``[d]`` of a state, and the maps from a state to
-    ``theta`` and to ``beta``."""
-    dtype = theta0.dtype
-    n_layers, _ = theta0.shape
-    depth = jnp.asarray(depth)
-    rho = jnp.asarray(rho, dtype)
-    mask = layer_mask(depth, n_layers, dtype)
-    a = theta0[0]
-    if form == "log":  # u2-v2, gd, u = v = a: state R with u = a e^{-2R}, v = a e^{2R}
-        y0, field, args = jnp.zeros_like(a), u2v2_log_field, (problem, a, model)
-
-        def to_theta(R):
-            return jnp.stack([a * jnp.exp(-2.0 * R), a * jnp.exp(2.0 * R)], axis=-2)
-
-        def beta_of(R):
-            return u2v2_log_beta(R, a)
-
-    else:
-        rescaled = model.rescales(problem.X.shape[0])
-        field = _model_rescaled_field if rescaled else _model_plain_field
-        y0, args = theta0, (problem, mask, rho, rule, model)
-
-        def to_theta(y):
-            return y
-
-        beta_of = model.beta
-
-    tiny = jnp.finfo(dtype).tiny
-
-    def log_beta(y):  # [d]; 0 clipped to the smallest normal number (no -inf)
-        return jnp.log(jnp.maximum(jnp.abs(beta_of(y)), tiny))
-
-    return y0, field, args, log_beta, to_theta, beta_of
-
-
-def _integrate_model(
-    theta0: Array,
-    problem: Problem,
-    depth: Array | int,
-    rho: Array | float,
-    save_tau: Array,
-    *,
-    rule: PerturbationRule,
-    config: FlowConfig,
-    major: Array | int | None,
-    model: Model,
-) -> FlowSolution:
-    """:func:`integrate` for a model other than the paper's (``linear`` or u2-v2 ``log``)."""
-    form = config.formulation
-    y0, field, args, log_beta, to_theta, beta_of = _model_formulated(
-        theta0, problem, depth, rho, rule, form, model
+    _, rate = jax.jvp(
+        lambda y: jax.nn.logsumexp(f.log_beta(y)), (f.y0,), (f.field(zero, f.y0, f.args),)
     )
-
-    def log_beta_max(y):
-        return jnp.max(log_beta(y))
-
-    beta0, dbeta0 = jax.jvp(beta_of, (y0,), (field(save_tau[0], y0, args),))
-    high = config.log_beta_max
-
-    def cond_fn(t, y, args, **kwargs):
-        return high - log_beta_max(y)
-
-    sol, lead_start = _solve(
-        field, y0, args, save_tau, config, problem, major, (beta0, dbeta0), log_beta, cond_fn
-    )
-    ys, _, blowup, failed = _ended(sol)
-    path, stop = _stop(sol, high, blowup)
-    # No certificate for these models: only a blow-up (L >= 3) decides.
-    fate = jnp.where(blowup & (jnp.asarray(depth) >= 3), fates.BLOWUP, fates.OPEN)
-    valid = (save_tau <= stop) & ~(jax.vmap(log_beta_max)(ys) > high)
-    theta = jnp.where(valid[:, None, None], jax.vmap(to_theta)(ys), jnp.nan)
-    b = jnp.where(valid[:, None], jax.vmap(beta_of)(ys), jnp.nan)
-    lossv = jax.vmap(lambda th: model.value(th, problem))(theta)
-    return FlowSolution(
-        tau=save_tau,
-        beta=b,
-        loss=lossv,
-        theta=theta,
-        stop_tau=stop,
-        blowup=blowup,
-        collapsed=jnp.zeros((), bool),
-        valid=valid,
-        failed=failed,
-        lead_start=lead_start,
-        path=path,
-        fate=fate.astype(jnp.int32),
-    )
+    return rate * f.speed

@@ -26,12 +26,15 @@ METHODS: dict[str, bool] = {"gd": False, "sam-l2": True, "sam-linf": True, "usam
 """The built-in methods (:mod:`samflow.rules`) and whether each takes a radius rho."""
 DTYPES = ("float64", "float32")
 PARAMETRIZATIONS = ("product", "u2-v2", "uv")
-"""The diagonal network's predictor (docs/theory.md §10): ``product`` beta = w^(1) ...
-w^(L) (the paper's, any depth); ``u2-v2`` beta = u^2 - v^2 and ``uv`` beta = u v (two
-rows u, v: depth 2)."""
+"""The names of the built-in parametrisations (:mod:`samflow.parametrizations`, the
+command line's choices), here so that a name is checked before JAX loads: the diagonal
+network's predictor (docs/theory.md §10): ``product`` beta = w^(1) ... w^(L) (the
+paper's, any depth); ``u2-v2`` beta = u^2 - v^2 and ``uv`` beta = u v (two rows u, v:
+depth 2)."""
 LOSSES = ("logistic", "exponential", "squared")
-"""Per-point losses: ``logistic`` and ``exponential`` of the margin y <beta, x> (labels
-in {-1, +1}); ``squared`` (1/2)(<beta, x> - y)^2 with real y (docs/theory.md §10)."""
+"""The names of the built-in per-point losses (:mod:`samflow.losses`): ``logistic`` and
+``exponential`` of the margin y <beta, x> (labels in {-1, +1}); ``squared`` (1/2)(<beta,
+x> - y)^2 with real y (docs/theory.md §10)."""
 MAX_HESSIAN = 512
 """Largest Hessian (``L_max * d`` rows) whose top eigenvalue a run solves exactly at
 every record (``sharpness``): the solve costs ``(L d)^3``. Compiling does not grow with
@@ -226,17 +229,27 @@ def check_major(mu: np.ndarray, name: str = "mu") -> None:
         )
 
 
-def check_model(parametrization, loss, depth) -> tuple[str, str]:
-    """A parametrisation of :data:`PARAMETRIZATIONS` and a loss of :data:`LOSSES`;
-    ``u2-v2`` and ``uv`` have two rows (u, v), so their ``depth`` must be 2."""
-    if parametrization not in PARAMETRIZATIONS:
-        choices = ", ".join(PARAMETRIZATIONS)
-        raise InputError(f"unknown parametrization {parametrization!r}; choose from {choices}")
-    if loss not in LOSSES:
-        raise InputError(f"unknown loss {loss!r}; choose from {', '.join(LOSSES)}")
-    if parametrization != "product" and depth != 2:
+def check_model(parametrization, loss, depth) -> tuple[object, object]:
+    """The model options, checked before JAX loads: a name must be that of a built-in
+    parametrisation (:data:`PARAMETRIZATIONS`) or loss (:data:`LOSSES`); an object (a
+    :class:`samflow.Parametrization` or :class:`samflow.Loss`) checked itself when it was
+    made, and :class:`samflow.model.Model` refuses anything else. A parametrisation with
+    a fixed number of rows (its ``rows``: u2-v2 and uv have two, u and v) takes only
+    that ``depth``."""
+    for what, value, names in (
+        ("parametrization", parametrization, PARAMETRIZATIONS),
+        ("loss", loss, LOSSES),
+    ):
+        if isinstance(value, str) and value not in names:
+            raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
+    if isinstance(parametrization, str):
+        rows = None if parametrization == "product" else 2
+    else:
+        rows = getattr(parametrization, "rows", None)
+    if rows is not None and depth != rows:
+        name = getattr(parametrization, "name", parametrization)
         raise InputError(
-            f"parametrization {parametrization} has two rows (u, v): depth must be 2, got {depth}"
+            f"parametrization {name} has {rows} rows: depth must be {rows}, got {depth}"
         )
     return parametrization, loss
 
@@ -251,13 +264,14 @@ def check_beta_star(beta_star, d: int) -> np.ndarray | None:
     return b
 
 
-def check_problem(mu=None, data=None, loss: str = "logistic") -> tuple[np.ndarray, np.ndarray]:
+def check_problem(mu=None, data=None, loss="logistic") -> tuple[np.ndarray, np.ndarray]:
     """The data set of a run: one point ``mu`` or ``data = (X, y)``, exactly one.
 
     ``mu`` ``[d]`` finite and > 0 (the point ``x = mu``, ``y = +1``, for the squared loss
     too: the target 1); ``data`` a pair of ``X`` ``[n, d]`` finite and ``y`` ``[n]``, in
     {-1, +1} for a margin loss (logistic, exponential), any finite reals for the squared
-    loss. Returns ``X`` ``[n, d]`` and ``y`` ``[n]``, NumPy float64.
+    loss (a loss's name, or a :class:`samflow.Loss` whose ``margin`` says which). Returns
+    ``X`` ``[n, d]`` and ``y`` ``[n]``, NumPy float64.
     """
     if (mu is None) == (data is None):
         raise InputError("give exactly one of mu (one point) and data (X, y)")
@@ -272,9 +286,12 @@ def check_problem(mu=None, data=None, loss: str = "logistic") -> tuple[np.ndarra
     X, y = real_array("data X", data[0], ndim=2), real_array("data y", data[1], ndim=1)
     if X.shape[0] != y.shape[0]:
         raise InputError(f"data: X and y have shapes {X.shape} and {y.shape}; need (n, d) and (n,)")
-    if loss != "squared" and not np.all(np.isin(y, (-1.0, 1.0))):
+    # Anything else (not a loss) is refused by samflow.model.Model, which names it.
+    margin = loss != "squared" if isinstance(loss, str) else getattr(loss, "margin", True)
+    if margin and not np.all(np.isin(y, (-1.0, 1.0))):
         shown = np.unique(y)[:8].tolist()
-        raise InputError(f"data: labels must be -1 or +1 for the {loss} loss, got {shown}")
+        name = getattr(loss, "name", loss)
+        raise InputError(f"data: labels must be -1 or +1 for the {name} loss, got {shown}")
     return X, y
 
 

@@ -1,4 +1,8 @@
-"""L-layer linear diagonal network with logistic loss (docs/theory.md §1 and §7b).
+"""Linear diagonal networks and their losses (docs/theory.md §1, §7b and §10).
+
+A :class:`Model` is a parametrisation (:mod:`samflow.parametrizations`: how ``beta`` is
+made from ``theta``) and a loss (:mod:`samflow.losses`), each an object a user may write;
+:data:`DEFAULT`, the paper's model, is the L-layer product network with the logistic loss.
 
 Parameters are one array ``theta`` of shape ``[L_max, d]``; row ``l`` is the layer
 ``w^(l+1)``. A network of depth ``L <= L_max`` keeps rows ``L..L_max-1`` equal to one:
@@ -28,7 +32,14 @@ import numpy as np
 from jax import Array
 
 from samflow.errors import InputError
-from samflow.layout import prod_rows, sum_rows
+from samflow.inputs import check_problem
+from samflow.layout import sum_rows
+from samflow.losses import BUILT_IN as LOSS_NAMES
+from samflow.losses import LOGISTIC, Loss
+from samflow.losses import loss as as_loss
+from samflow.parametrizations import BUILT_IN as PARAMETRIZATION_NAMES
+from samflow.parametrizations import PRODUCT, Parametrization
+from samflow.parametrizations import parametrization as as_parametrization
 
 
 class Problem(NamedTuple):
@@ -62,30 +73,6 @@ def layer_mask(depth: int | Array, n_layers: int, dtype=None) -> Array:
     depth = jnp.asarray(depth)
     layers = jnp.arange(n_layers).reshape(n_layers, 1, *(1,) * depth.ndim)
     return (layers < depth).astype(dtype if dtype is not None else jnp.result_type(float))
-
-
-def beta(theta: Array) -> Array:
-    """Predictor ``beta = w^(1) * ... * w^(L)`` (elementwise), ``[L_max, d, *b] -> [d, *b]``.
-
-    Padding rows are ones, so the product over all rows is the depth-L predictor.
-    """
-    return prod_rows(theta)
-
-
-def exclusive_products(theta: Array) -> Array:
-    """``P[l, j] = prod_{k != l} theta[k, j]`` by prefix and suffix products, no division.
-
-    Division would fail where a weight is zero; the prefix/suffix form is exact there.
-    ``[L_max, d, *batch]`` in and out; ``L_max`` is small and static, so the products are
-    unrolled over layers.
-    """
-    layers = list(theta)
-    prefix, suffix = [jnp.ones_like(layers[0])], [jnp.ones_like(layers[0])]
-    for w in layers[:-1]:
-        prefix.append(prefix[-1] * w)
-    for w in layers[:0:-1]:
-        suffix.append(suffix[-1] * w)
-    return jnp.stack([p * s for p, s in zip(prefix, suffix[::-1], strict=True)])
 
 
 def _shared_data(X: Array) -> Array | None:
@@ -129,19 +116,15 @@ def weighted_points(X: Array, a: Array) -> Array:
     return jnp.broadcast_to(out, (X.shape[1], *jnp.broadcast_shapes(X.shape[2:], a.shape[1:])))
 
 
+def beta(theta: Array) -> Array:
+    """Predictor of the paper's network ``beta = w^(1) * ... * w^(L)`` (elementwise),
+    ``[L_max, d, *b] -> [d, *b]`` (:class:`samflow.parametrizations.Product`)."""
+    return PRODUCT.beta(theta)
+
+
 def margins(theta: Array, problem: Problem) -> Array:
-    """``z_i = y_i <beta(theta), x_i>``, shape ``[n, *batch]``."""
+    """``z_i = y_i <beta(theta), x_i>`` of the paper's network, shape ``[n, *batch]``."""
     return problem.y * inner_products(problem.X, beta(theta))
-
-
-def logistic_loss(z: Array) -> Array:
-    """Mean over data points (axis 0) of ``l(z) = log(1 + exp(-z))``, as softplus."""
-    return sum_rows(jax.nn.softplus(-z)) / z.shape[0]
-
-
-def loss(theta: Array, problem: Problem) -> Array:
-    """Logistic loss of the diagonal network on ``problem``."""
-    return logistic_loss(margins(theta, problem))
 
 
 class DiagAux(NamedTuple):
@@ -149,8 +132,8 @@ class DiagAux(NamedTuple):
 
     Fields:
         loss: ``[*batch]`` loss at the evaluated parameters.
-        lprime_abs: ``[*batch]`` ``|l'(z)|`` when n = 1 (the rescaling factor of
-            docs/theory.md §3); for n > 1 the flow is not rescaled and this is 1.
+        lprime_abs: ``[*batch]`` ``|l'(z)|`` when time is rescaled (one point, a margin
+            loss: the rescaling factor of docs/theory.md §3); else 1.
     """
 
     loss: Array
@@ -161,33 +144,23 @@ def _masked(g: Array, mask: Array | None) -> Array:
     return g if mask is None else g * mask
 
 
-def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Array, DiagAux]:
-    """Explicit gradient of docs/theory.md §1, ``[L_max, d, *batch]``, padding rows zero.
+def loss(theta: Array, problem: Problem) -> Array:
+    """Logistic loss of the paper's network on ``problem`` (:data:`DEFAULT`), ``[*batch]``."""
+    return DEFAULT.value(theta, problem)
 
-    ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with
-    ``l'(z) = -sigmoid(-z)``; ``mask`` from :func:`layer_mask`, or None when no row is
-    padding.
-    """
-    z = margins(theta, problem)
-    lprime = -jax.nn.sigmoid(-z)
-    n = problem.X.shape[0]
-    c = weighted_points(problem.X, lprime * problem.y) / n
-    g = _masked(c[None] * exclusive_products(theta), mask)
-    rescale = -lprime[0] if n == 1 else jnp.ones_like(z[0])
-    return g, DiagAux(loss=logistic_loss(z), lprime_abs=rescale)
+
+def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Array, DiagAux]:
+    """The gradient of the paper's model (:meth:`Model.grad_and_aux` of :data:`DEFAULT`):
+    ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with ``l'(z) =
+    -sigmoid(-z)`` (docs/theory.md §1); ``mask`` from :func:`layer_mask`, or None when
+    no row is padding."""
+    return DEFAULT.grad_and_aux(theta, problem, mask)
 
 
 def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Array:
-    """For one data point, ``-y x_j prod_{k != l} w^(k)_j``: the gradient over ``|l'(z)|``.
-
-    With one point the gradient is ``l'(z) y x * P`` and ``l'(z) < 0``, so this is a
-    positive multiple of it (docs/theory.md §3). A scale-invariant perturbation rule gets
-    the same ``eps`` from it without evaluating ``l'(z)``: the ascent step costs no
-    sigmoid, and the direction survives where ``l'(z)`` underflows.
-    """
-    if problem.X.shape[0] != 1:
-        raise ValueError("ascent_direction needs exactly one data point")
-    return _masked(-(problem.y[0] * problem.X[0])[None] * exclusive_products(theta), mask)
+    """For one data point, ``-y x_j prod_{k != l} w^(k)_j`` (:meth:`Model.ascent_direction`
+    of :data:`DEFAULT`)."""
+    return DEFAULT.ascent_direction(theta, problem, mask)
 
 
 def major_coordinate(problem: Problem) -> int:
@@ -219,52 +192,27 @@ def major_coordinate(problem: Problem) -> int:
     return int(np.argmax(direction)) + 1
 
 
-# ---- Parametrisations and losses as objects (docs/theory.md §10) --------------------
-
-
-def _pair_products(theta: Array) -> Array:
-    """``B[l, k, j] = prod_{m != l, k} theta[m, j]`` for ``l != k`` and 0 on the diagonal,
-    ``[L_max, d, *b] -> [L_max, L_max, d, *b]``: the second derivatives of the product
-    ``beta_j`` in layers ``l`` and ``k``.
-
-    For ``l < k``: ``B[l, k] = P[l] * M[l, k] * S[k]`` with the exclusive prefix product
-    ``P[l] = prod_{m < l}``, the suffix product ``S[k] = prod_{m > k}`` and the middle
-    ``M[l, k] = prod_{l < m < k}``, an exclusive cumulative product along ``k`` of the
-    rows ``w_m`` for ``m > l`` (1 elsewhere); ``B`` is symmetric. No division (exact
-    where a weight is zero) and a program of fixed size: the former unrolled product
-    over every pair of layers had ``L^3 / 2`` operations, 1 M at L = 128, and compiling
-    it took 11 GB. The products are taken in another order than a left-to-right
-    product of the other layers: the same up to rounding.
-    """
-    L = theta.shape[0]
-    one = jnp.ones_like(theta[:1])
-    prefix = jnp.concatenate([one, jnp.cumprod(theta[:-1], axis=0)])  # prod_{m < l}
-    suffix = jnp.concatenate([jnp.cumprod(theta[:0:-1], axis=0)[::-1], one])  # prod_{m > k}
-    lk = (slice(None), slice(None), *(None,) * (theta.ndim - 1))
-    layer = jnp.arange(L)
-    after = (layer[None, :] > layer[:, None])[lk]  # [l, m]: m > l
-    rows = jnp.where(after, theta[None], 1)  # [l, m, d, *b]
-    ones = jnp.ones_like(rows[:, :1])
-    middle = jnp.concatenate([ones, jnp.cumprod(rows, axis=1)[:, :-1]], axis=1)
-    upper = prefix[:, None] * middle * suffix[None, :]
-    zero = jnp.zeros_like(upper)
-    return jnp.where(after, upper, zero) + jnp.where(after, upper, zero).swapaxes(0, 1)
-
-
 @dataclass(frozen=True)
 class Model:
     """A diagonal linear network: its parametrisation and its loss (hashable, static).
 
     Attributes:
-        parametrization: ``product`` (``beta = w^(1) ... w^(L)``), ``u2-v2``
-            (``beta = u^2 - v^2``, rows u, v) or ``uv`` (``beta = u v``).
-        loss: ``logistic`` (``log(1 + e^-z)``), ``exponential`` (``e^-z``) of the margin
-            ``z = y <beta, x>``, or ``squared`` (``(1/2)(<beta, x> - y)^2``); the training
-            loss is the mean over the n points.
+        parametrization: a :class:`samflow.Parametrization` (how ``beta`` is made from
+            ``theta``), or the name of a built-in one: ``product`` (``beta = w^(1) ...
+            w^(L)``), ``u2-v2`` (``beta = u^2 - v^2``, rows u, v) or ``uv`` (``beta = u
+            v``) (:mod:`samflow.parametrizations`).
+        loss: a :class:`samflow.Loss` of the prediction, or the name of a built-in one:
+            ``logistic`` (``log(1 + e^-z)``), ``exponential`` (``e^-z``) of the margin
+            ``z = y <beta, x>``, or ``squared`` (``(1/2)(<beta, x> - y)^2``)
+            (:mod:`samflow.losses`); the training loss is the mean over the n points.
 
-    Every method takes the batch-last layout of this module (``theta`` ``[L_max, d,
-    *batch]``). :data:`DEFAULT` (product, logistic) routes to the functions above, so
-    the paper's model computes exactly what it did before these objects existed.
+    A name is turned into its object here, once: afterwards both fields are objects,
+    and ``Model("uv", "squared") == Model(UV, SQUARED)``. Every method takes the
+    batch-last layout of this module (``theta`` ``[L_max, d, *batch]``). Nothing here
+    branches on which model it is: the paper's (:data:`DEFAULT`) computes with the same
+    formulas, and its fast forms are the capabilities its objects declare (the product
+    network's Jacobian without division; one point of a margin loss needing no
+    ``l'(z)`` for its ascent direction; closed-form flows, :attr:`closed_forms`).
 
     **Gradient and Hessian (derived here).** With predictions ``p_i = <beta, x_i>``,
     per-point losses ``l_i(p_i)``, ``Loss = (1/n) sum_i l_i``, and since ``beta_j``
@@ -277,159 +225,118 @@ class Model:
         d^2 Loss / dtheta[l, j] dtheta[k, m] = G[l, j] A[j, m] G[k, m] + [j = m] c_j B[l, k, j]:
 
     coordinates couple only through the data term ``X^T diag(l'') X``; the second term
-    is block diagonal (an ``L x L`` block per coordinate). ``G``, ``B``: product
-    ``G[l] = prod_{k != l} w^(k)``, ``B[l, k] = prod_{m != l, k} w^(m)`` (0 for l = k);
-    u2-v2 ``G = (2u, -2v)``, ``B = diag(2, -2)``; uv ``G = (v, u)``, ``B = [[0, 1], [1,
-    0]]``. Losses in ``p`` (``y`` in {-1, +1} for the margin losses, so ``y^2 = 1``):
-    logistic ``l' = -y sigmoid(-z)``, ``l'' = sigmoid(z) sigmoid(-z)``; exponential
-    ``l' = -y e^-z``, ``l'' = e^-z``; squared ``l' = p - y``, ``l'' = 1``.
+    is block diagonal (an ``L x L`` block per coordinate). ``G`` and ``B`` of each
+    parametrisation are in its docstring, ``l'`` and ``l''`` of each loss in its.
     """
 
-    parametrization: str = "product"
-    loss: str = "logistic"
+    parametrization: Parametrization = PRODUCT
+    loss: Loss = LOGISTIC
 
     def __post_init__(self) -> None:
-        """Refuse (``InputError`` naming the value) a parametrisation or loss that is not a
-        string of :data:`samflow.inputs.PARAMETRIZATIONS` / :data:`samflow.inputs.LOSSES`
-        (names are exact: ``"U2-V2"`` is refused, not read as another model)."""
-        from samflow.inputs import LOSSES, PARAMETRIZATIONS
-
-        for what, value, names in (
-            ("parametrization", self.parametrization, PARAMETRIZATIONS),
-            ("loss", self.loss, LOSSES),
-        ):
-            if not isinstance(value, str):
-                raise InputError(
-                    f"Model {what} must be a string, one of {', '.join(names)}; "
-                    f"got {value!r} ({type(value).__name__})"
-                )
-            if value not in names:
-                raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
+        """Turn names into the built-in objects; refuse (``InputError`` naming the value)
+        anything that is neither a built-in name nor an object of the protocol."""
+        object.__setattr__(self, "parametrization", as_parametrization(self.parametrization))
+        object.__setattr__(self, "loss", as_loss(self.loss))
 
     def check_theta(self, theta, d: int | None = None) -> None:
         """Refuse (``InputError`` naming the shape) parameters this model cannot take:
-        ``theta`` must be ``[rows, d]`` (``d`` the data's dimension when given), with
-        exactly 2 rows (u, v) for ``u2-v2`` and ``uv`` (a product takes any rows >= 1)."""
+        ``theta`` must be ``[rows, d]`` (``d`` the data's dimension when given), with the
+        rows the parametrisation has (:meth:`Parametrization.check_rows`)."""
         shape = tuple(np.shape(theta))
+        name = self.parametrization.name
         if len(shape) != 2 or shape[0] < 1 or (d is not None and shape[1] != d):
             want = f"[rows, {d}]" if d is not None else "[rows, d]"
-            raise InputError(
-                f"theta of shape {shape}: the {self.parametrization} model wants {want}"
-            )
-        if self.parametrization != "product" and shape[0] != 2:
-            raise InputError(
-                f"theta of shape {shape}: the {self.parametrization} model has exactly 2 rows "
-                f"(u, v), got {shape[0]}"
-            )
+            raise InputError(f"theta of shape {shape}: the {name} model wants {want}")
+        try:
+            self.parametrization.check_rows(shape[0])
+        except InputError as e:
+            raise InputError(f"theta of shape {shape}: {e}") from None
 
     @property
-    def default(self) -> bool:
-        """The paper's model (product, logistic)."""
-        return self.parametrization == "product" and self.loss == "logistic"
+    def closed_forms(self) -> bool:
+        """Whether the paper's closed forms hold (the balanced flows and steps of the
+        rules, the flow's singular edges and certificates, docs/theory.md §3-§4): the
+        product network (``layered``) with a loss that declares them (logistic)."""
+        return self.parametrization.layered and self.loss.closed_forms
 
     @property
     def margin_loss(self) -> bool:
-        """A loss of the margin (logistic, exponential): labels in {-1, +1}."""
-        return self.loss != "squared"
+        """Whether the loss is a margin loss (labels in {-1, +1})."""
+        return self.loss.margin
 
     @property
     def classifies(self) -> bool:
         """Whether the regimes of docs/theory.md §6 apply: the product network with a
         margin loss. Elsewhere no regime is given (the variables are absent)."""
-        return self.parametrization == "product" and self.margin_loss
+        return self.parametrization.layered and self.loss.margin
 
     def rescales(self, n: int) -> bool:
         """Whether time is rescaled (docs/theory.md §3): one point and a margin loss."""
-        return n == 1 and self.margin_loss
+        return n == 1 and self.loss.margin
 
     def beta(self, theta: Array) -> Array:
         """The predictor ``[d, *batch]``."""
-        if self.parametrization == "product":
-            return beta(theta)
-        u, v = theta[0], theta[1]
-        return u * u - v * v if self.parametrization == "u2-v2" else u * v
+        return self.parametrization.beta(theta)
 
     def jacobian(self, theta: Array) -> Array:
         """``G[l, j] = d beta_j / d theta[l, j]``, ``[L_max, d, *batch]``."""
-        if self.parametrization == "product":
-            return exclusive_products(theta)
-        u, v = theta[0], theta[1]
-        return jnp.stack([2 * u, -2 * v] if self.parametrization == "u2-v2" else [v, u])
+        return self.parametrization.jacobian(theta)
 
     def curvature(self, theta: Array) -> Array:
         """``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``, ``[L, L, d, *batch]``."""
-        if self.parametrization == "product":
-            return _pair_products(theta)
-        one, zero = jnp.ones_like(theta[0]), jnp.zeros_like(theta[0])
-        if self.parametrization == "u2-v2":
-            rows = [[2 * one, zero], [zero, -2 * one]]
-        else:
-            rows = [[zero, one], [one, zero]]
-        return jnp.stack([jnp.stack(r) for r in rows])
+        return self.parametrization.curvature(theta)
 
     def predictions(self, theta: Array, problem: Problem) -> Array:
         """``p_i = <beta, x_i>``, ``[n, *batch]`` (:func:`inner_products`).
 
-        One point with the squared loss: one reduction, not the sum of rows
-        :func:`inner_products` takes for one point. XLA fuses a sum of rows and the cheap
-        residual ``p - y`` into each coordinate's gradient sum and so computes ``p`` d
-        times over (measured: steps 40x slower at n = 8, d = 16, when every n took the
-        sum of rows); a reduction is kept apart. The margin losses' transcendental
-        derivatives keep ``p`` apart by themselves.
+        One point with a loss that is not a margin loss (squared): one reduction, not the
+        sum of rows :func:`inner_products` takes for one point. XLA fuses a sum of rows
+        and the cheap residual ``p - y`` into each coordinate's gradient sum and so
+        computes ``p`` d times over (measured: steps 40x slower at n = 8, d = 16, when
+        every n took the sum of rows); a reduction is kept apart. The margin losses'
+        transcendental derivatives keep ``p`` apart by themselves.
         """
         b = self.beta(theta)
-        if self.loss == "squared" and problem.X.shape[0] == 1:
+        if not self.loss.margin and problem.X.shape[0] == 1:
             return jnp.sum(jnp.swapaxes(problem.X, 0, 1) * b[:, None], axis=0)
         return inner_products(problem.X, b)
 
-    def _derivatives(self, p: Array, y: Array) -> tuple[Array, Array, Array]:
-        """Per point ``l(p)``, ``l'(p)``, ``l''(p)`` (each ``[n, *batch]``)."""
-        if self.loss == "squared":
-            r = p - y
-            return 0.5 * r * r, r, jnp.ones_like(r)
-        z = y * p
-        if self.loss == "logistic":
-            s = jax.nn.sigmoid(-z)
-            return jax.nn.softplus(-z), -y * s, s * jax.nn.sigmoid(z)
-        e = jnp.exp(-z)
-        return e, -y * e, e
-
     def value(self, theta: Array, problem: Problem) -> Array:
         """The training loss ``(1/n) sum_i l_i``, ``[*batch]``."""
-        if self.default:
-            return loss(theta, problem)
         p = self.predictions(theta, problem)
-        return sum_rows(self._derivatives(p, problem.y)[0]) / p.shape[0]
+        return sum_rows(self.loss.value(p, problem.y)) / p.shape[0]
 
     def grad_and_aux(
         self, theta: Array, problem: Problem, mask: Array | None
     ) -> tuple[Array, DiagAux]:
-        """The gradient ``c_j G[l, j]`` (padding rows zero) and the loss; ``lprime_abs``
-        is ``|l'(z)|`` when time is rescaled (:meth:`rescales`), else 1."""
-        if self.default:
-            return grad_and_aux(theta, problem, mask)
+        """The gradient ``c_j G[l, j]`` (padding rows zero; ``mask`` from
+        :func:`layer_mask`, or None when no row is padding) and the loss;
+        ``lprime_abs`` is ``|l'(z)|`` when time is rescaled (:meth:`rescales`), else 1.
+        Explicit, not autodiff: the Jacobian is the parametrisation's own (the product
+        network's by prefix and suffix products, exact where a weight is zero)."""
         p = self.predictions(theta, problem)
         n = p.shape[0]
-        value, d1, _ = self._derivatives(p, problem.y)
+        value, d1, _ = self.loss.derivatives(p, problem.y)
         c = weighted_points(problem.X, d1) / n
         g = _masked(c[None] * self.jacobian(theta), mask)
         rescale = jnp.abs(d1[0]) if self.rescales(n) else jnp.ones_like(p[0])
         return g, DiagAux(loss=sum_rows(value) / n, lprime_abs=rescale)
 
     def ascent_direction(self, theta: Array, problem: Problem, mask: Array | None) -> Array:
-        """One point, margin loss: ``-y x_j G[l, j]``, a positive multiple of the gradient
-        (``l'(z) y x G`` with ``l'(z) < 0``), as :func:`ascent_direction`."""
-        if self.default:
-            return ascent_direction(theta, problem, mask)
-        if problem.X.shape[0] != 1 or not self.margin_loss:
+        """One point, margin loss: ``-y x_j G[l, j]``, the gradient over ``|l'(z)|``.
+
+        With one point the gradient is ``l'(z) y x G`` and ``l'(z) < 0``, so this is a
+        positive multiple of it (docs/theory.md §3). A scale-invariant perturbation rule
+        gets the same ``eps`` from it without evaluating ``l'(z)``: the ascent step
+        costs no sigmoid, and the direction survives where ``l'(z)`` underflows.
+        """
+        if problem.X.shape[0] != 1 or not self.loss.margin:
             raise ValueError("ascent_direction needs one data point and a margin loss")
         return _masked(-(problem.y[0] * problem.X[0])[None] * self.jacobian(theta), mask)
 
     def loss_fn(self, X, y) -> Callable[[Array], Array]:
         """``theta [rows, d] -> []``: this model's training loss on ``(X [n, d], y [n])``,
         a loss for :func:`samflow.fit` (checked as the engine checks data)."""
-        from samflow.inputs import check_problem
-
         X, y = check_problem(data=(X, y), loss=self.loss)  # NumPy float64
 
         def value(theta: Array) -> Array:
@@ -440,17 +347,9 @@ class Model:
         return value
 
     def underflow(self, theta0: Array) -> Array:
-        """``[*batch]``: whether ``beta(0)`` lost a coordinate to underflow (a product of
-        nonzero layers, or a nonzero u or v whose square or product is 0)."""
-        if self.parametrization == "product":
-            lost = (beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
-        elif self.parametrization == "u2-v2":
-            u, v = theta0[0], theta0[1]
-            lost = ((u != 0) & (u * u == 0)) | ((v != 0) & (v * v == 0))
-        else:
-            u, v = theta0[0], theta0[1]
-            lost = (u != 0) & (v != 0) & (u * v == 0)
-        return jnp.any(lost, axis=0)
+        """``[*batch]``: whether ``beta(0)`` lost a coordinate to underflow
+        (:meth:`Parametrization.underflow`)."""
+        return jnp.any(self.parametrization.underflow(theta0), axis=0)
 
     def hessian(self, theta: Array, problem: Problem, mask: Array | None = None) -> Array:
         """The Hessian of the training loss in ``theta``, ``[L_max * d, L_max * d, *batch]``
@@ -463,7 +362,7 @@ class Model:
     def _hessian_parts(self, theta, problem, mask):
         p = self.predictions(theta, problem)
         n = p.shape[0]
-        _, d1, d2 = self._derivatives(p, problem.y)
+        _, d1, d2 = self.loss.derivatives(p, problem.y)
         X = problem.X
         c = weighted_points(X, d1) / n  # [d, *b]
         A = jnp.einsum("ij...,i...,im...->jm...", X, d2, X) / n  # [d, d, *b]
@@ -496,6 +395,19 @@ class Model:
         H, trace = self._hessian_parts(theta, problem, mask)
         L, d = theta.shape[:2]
         return top_eigenvalue(H.reshape(L * d, L * d, *theta.shape[2:])), trace
+
+
+def named_classifies(parametrization: str, loss: str) -> bool:
+    """:attr:`Model.classifies` of the model a file names (its ``parametrization`` and
+    ``loss`` attributes). A name that is no built-in one is a user's object, which the
+    file does not hold: a parametrisation of one's own is not the product network, and
+    a loss of one's own on the product network is taken as a margin loss (as before
+    objects: every loss but ``squared``)."""
+    if parametrization not in PARAMETRIZATION_NAMES:
+        return False
+    if loss not in LOSS_NAMES:
+        return PARAMETRIZATION_NAMES[parametrization].layered
+    return Model(parametrization, loss).classifies
 
 
 def top_eigenvalue(H: Array, iterations: int = 64) -> Array:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xarray as xr
 
+from samflow.model import named_classifies
 from samflow.regimes import (
     FLAG_MEANINGS,
     FLAG_VALUES,
@@ -113,8 +114,7 @@ def classified(attrs: Mapping[str, object]) -> bool:
     """Whether a file's model gives regimes: the product network with a margin loss
     (docs/theory.md §10); a file says its model in ``parametrization`` and ``loss``
     where it is not the default."""
-    product = attrs.get("parametrization", "product") == "product"
-    return product and attrs.get("loss", "logistic") != "squared"
+    return named_classifies(attrs.get("parametrization", "product"), attrs.get("loss", "logistic"))
 
 
 def _flags(long_name: str, dims=(), when=None) -> Variable:

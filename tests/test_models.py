@@ -181,7 +181,7 @@ def test_flow_fields_match_numpy(par, loss):
     """The fields the flows solve, for every parametrisation x loss: the SAM gradient
     flow ``-grad Loss(w + rho g/||g||)`` in plain time, and for a margin loss on one
     point the rescaled one, ``-grad Loss(w~) / |l'(z~)|`` (docs/theory.md §3)."""
-    from samflow.flows import _model_plain_field, _model_rescaled_field
+    from samflow.flows import plain_field, rescaled_field
 
     X, y, th = _problem(par, loss, seed=7)
     rho, rule, model = 0.1, get_rule("sam-l2"), Model(par, loss)
@@ -193,14 +193,14 @@ def test_flow_fields_match_numpy(par, loss):
     with precision("float64"):
         mask = jnp.ones((th.shape[0], 1))
         args = (Problem(jnp.asarray(X), jnp.asarray(y)), mask, rho, rule, model)
-        plain = np.asarray(_model_plain_field(0.0, jnp.asarray(th), args))
+        plain = np.asarray(plain_field(0.0, jnp.asarray(th), args))
         # float64, one gradient at a perturbed point: roundings only.
         assert norm_rel(plain, -np_grad(par, loss, tilde(th, X, y), X, y)) < 1e-12
         if loss == "squared":
             return
         X1, y1 = X[:1], y[:1]
         args = (Problem(jnp.asarray(X1), jnp.asarray(y1)), mask, rho, rule, model)
-        rescaled = np.asarray(_model_rescaled_field(0.0, jnp.asarray(th), args))
+        rescaled = np.asarray(rescaled_field(0.0, jnp.asarray(th), args))
     w = tilde(th, X1, y1)
     _, d1 = np_loss_terms(loss, X1 @ np_beta(par, w), y1)
     assert norm_rel(rescaled, -np_grad(par, loss, w, X1, y1) / abs(d1[0])) < 1e-12
@@ -508,16 +508,16 @@ def test_pair_products_compile_to_a_program_of_fixed_size():
     (a few ulps: the products are taken in another order)."""
     import math
 
-    from samflow.model import _pair_products
+    from samflow.parametrizations import pair_products
     from samflow.precision import precision
 
-    sizes = [len(jax.jit(_pair_products).lower(jnp.ones((L, 4, 1))).as_text()) for L in (8, 128)]
+    sizes = [len(jax.jit(pair_products).lower(jnp.ones((L, 4, 1))).as_text()) for L in (8, 128)]
     assert sizes[1] < 1.2 * sizes[0], sizes
     rng = np.random.default_rng(3)
     theta = rng.uniform(0.5, 1.5, (7, 3, 2)) * rng.choice([-1.0, 1.0], (7, 3, 2))
     theta[2, 0, 0] = theta[5, 1, 1] = 0.0
     with precision("float64"):
-        B = np.asarray(_pair_products(jnp.asarray(theta)))
+        B = np.asarray(pair_products(jnp.asarray(theta)))
     assert B.dtype == np.float64
     for l in range(7):
         for k in range(7):

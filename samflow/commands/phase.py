@@ -138,12 +138,13 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from samflow.api import sweep
     from samflow.io import FIGURE_SUFFIXES, NETCDF_SUFFIXES, check_output
+    from samflow.model import Model
 
     kwargs = sweep_kwargs(args)
     check_output(args.out, NETCDF_SUFFIXES)
     if args.figure:
         check_output(args.figure, FIGURE_SUFFIXES)
-        if kwargs["parametrization"] != "product" or kwargs["loss"] == "squared":
+        if not Model(kwargs["parametrization"], kwargs["loss"]).classifies:
             raise InputError(
                 "--figure draws a regime map: regimes need the product network and a margin "
                 "loss (logistic, exponential)"

@@ -459,9 +459,10 @@ class SweepSpec:
     def model_attrs(self) -> dict:
         """File attributes of the model options, each only where it is not the default (a
         file of the paper's model stays as it was)."""
+        model = self.model
         out = {
-            "parametrization": self.parametrization,
-            "loss": self.loss,
+            "parametrization": model.parametrization.name,
+            "loss": model.loss.name,
             "active_threshold": self.active_threshold if self.summaries else None,
             "beta_star": np.asarray(self.beta_star) if self.beta_star else None,
         }
