@@ -14,9 +14,9 @@ import pytest
 from runs import save_times, solve_flow
 
 from samflow import METHODS, get_rule
-from samflow.flows import _rescaled_field
+from samflow.flows import rescaled_field
 from samflow.init import balanced_start
-from samflow.model import layer_mask, single_point
+from samflow.model import DEFAULT, layer_mask, single_point
 from samflow.precision import precision
 
 
@@ -24,8 +24,8 @@ def _generic_du(rule, u, mu, depth, n_layers, rho):
     """du/dtau of a balanced start from the generic field: every real row moves alike."""
     rows = np.asarray(layer_mask(depth, n_layers, np.float64))
     theta = rows * u[None, :] + (1 - rows)
-    args = (jnp.asarray(mu), jnp.asarray(rows), jnp.asarray(rho), rule)
-    dtheta = np.asarray(_rescaled_field(0.0, jnp.asarray(theta), args))
+    args = (single_point(jnp.asarray(mu)), jnp.asarray(rows), jnp.asarray(rho), rule, DEFAULT)
+    dtheta = np.asarray(rescaled_field(0.0, jnp.asarray(theta), args))
     real = dtheta[:depth]
     np.testing.assert_allclose(real, np.broadcast_to(real[0], real.shape), rtol=1e-13, atol=0)
     np.testing.assert_array_equal(dtheta[depth:], 0.0)  # padding rows do not move
