@@ -51,7 +51,7 @@ PyTree = Any
 
 
 class FitResult(NamedTuple):
-    """A recorded :func:`fit` run (what :func:`fit` returns; it raises nothing itself).
+    """A recorded :func:`fit` run (what :func:`fit` returns).
 
     Attributes:
         step: ``[T]`` int, step index of each record (``runner.times()``, from 0).
