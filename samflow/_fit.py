@@ -51,9 +51,9 @@ PyTree = Any
 
 
 class FitResult(NamedTuple):
-    """A recorded :func:`fit` run.
+    """A recorded :func:`fit` run (what :func:`fit` returns).
 
-    Fields:
+    Attributes:
         step: ``[T]`` int, step index of each record (``runner.times()``, from 0).
         loss: ``[T]`` loss at the recorded parameters.
         params: the parameters after the last step (same pytree as the start).
@@ -114,6 +114,11 @@ def fit(
             axes). None: ``loss_fn(params)``, full-batch steps.
         seed: the seed of the default ``key`` (an integer >= 0; default 0); refused
             where nothing is random (no random rule, no stochastic steps).
+
+    Returns:
+        A :class:`FitResult`: the records' steps and losses, the last parameters, the
+        first step whose state is not finite (-1 if none) and, with ``save_params``,
+        the parameters at every record.
 
     Raises:
         InputError: unknown method, bad or missing rho, a runner that is not

@@ -2,7 +2,12 @@
 
 
 class InputError(ValueError):
-    """Bad user input: the message names the bad value (exit status 2)."""
+    """Bad user input: the message names the bad value (exit status 2).
+
+    Raised by every constructor and entry point of samflow before anything is computed
+    or compiled; a subclass of ``ValueError``, so code that catches that catches it.
+    Its one argument is the message: one line naming the bad value and what is wanted.
+    """
 
 
 class RunFailure(RuntimeError):

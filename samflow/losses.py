@@ -44,6 +44,10 @@ class Loss(ABC):
         margin: capability, ``l(p, y) = phi(y p)`` with labels in {-1, +1}
             (:class:`MarginLoss`); data are checked for such labels.
         closed_forms: capability, the paper's closed forms hold (module docstring).
+
+    Raises:
+        InputError: a subclass's constructor refuses its own bad options (the
+            built-ins take none), naming the value.
     """
 
     name: str
@@ -62,7 +66,19 @@ class Loss(ABC):
 
 class MarginLoss(Loss):
     """A loss of the margin ``z = y p``, ``y`` in {-1, +1}: ``l = phi(z)``, ``dl/dp = y
-    phi'(z)``, ``d^2 l/dp^2 = y^2 phi''(z) = phi''(z)``. Subclasses write :meth:`phi`."""
+    phi'(z)``, ``d^2 l/dp^2 = y^2 phi''(z) = phi''(z)``. Subclasses write :meth:`phi`.
+
+    ``phi`` must be decreasing and convex; data run with a margin loss are checked for
+    labels in {-1, +1}, and with one point time is rescaled by :meth:`rate`.
+
+    Attributes:
+        name: what files and the command line call it (the ``loss`` attribute).
+        margin: True (the capability that defines this class).
+
+    Raises:
+        InputError: a subclass's constructor refuses its own bad options, naming the
+            value.
+    """
 
     margin: ClassVar[bool] = True
 

@@ -227,6 +227,11 @@ class Model:
     coordinates couple only through the data term ``X^T diag(l'') X``; the second term
     is block diagonal (an ``L x L`` block per coordinate). ``G`` and ``B`` of each
     parametrisation are in its docstring, ``l'`` and ``l''`` of each loss in its.
+
+    Raises:
+        InputError: when made, a parametrisation or loss that is neither a built-in
+            name (names are exact: ``"U2-V2"`` is refused) nor an object of the
+            protocol, naming the value.
     """
 
     parametrization: Parametrization = PRODUCT

@@ -125,6 +125,10 @@ class Parametrization(ABC):
         layered: capability, the product network of the paper (module docstring).
         log_gd: capability, the closed form of gradient descent from a balanced start,
             or None.
+
+    Raises:
+        InputError: a subclass's constructor refuses its own bad options, naming the
+            value; :meth:`check_rows` refuses a ``theta`` or depth of another row count.
     """
 
     name: str

@@ -55,7 +55,9 @@ FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_EN
 FLAG_VALUES = (
     FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END, FINITE
 )  # fmt: skip
+"""The regime codes of a file's ``regime`` variable, -1 to 7 (CF ``flag_values``)."""
 FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_lost minor_end finite"
+"""The names of :data:`FLAG_VALUES`, in order, space-separated (CF ``flag_meanings``)."""
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
     "unresolved: the run's fate was not decided where it stopped (no collapse or "

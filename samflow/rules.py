@@ -327,6 +327,14 @@ class PerturbationRule:
             discrete runs from equal layers take the balanced step
             (:mod:`samflow.balanced`); None (the default for a rule of yours): always
             the general one. GD (no ``direction``) needs none.
+
+    Raises:
+        InputError: when made: an empty name, a ``direction`` or ``layers_alike`` that
+            is not callable, flags that are not booleans, a ``balanced`` that is not a
+            :class:`BalancedFlow`, a random rule without a direction or with a closed
+            form, ``layers_alike`` on a random rule or one without a direction. When
+            first traced (:meth:`perturbed`): an ``eps`` whose structure, shapes or
+            dtypes differ from the gradient's.
     """
 
     name: str
@@ -458,6 +466,7 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
 
 
 GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
+"""Gradient descent: no ascent step (``eps = 0``), so it needs no rho."""
 SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
@@ -465,6 +474,7 @@ SAM_L2 = PerturbationRule(
     _log_form(_l2_log_c, _l2_step_collapse),
     layers_alike=_l2_alike,
 )
+"""l2-SAM: ``eps = g / ||g||_2`` over every layer (scale invariant)."""
 SAM_LINF = PerturbationRule(
     "sam-linf",
     _linf_direction,
@@ -472,6 +482,7 @@ SAM_LINF = PerturbationRule(
     BalancedFlow("linf", _linf_field, _linf_fate),
     layers_alike=_linf_alike,
 )
+"""linf-SAM: ``eps = sign(g)`` elementwise (scale invariant)."""
 USAM = PerturbationRule(
     "usam",
     _usam_direction,
@@ -479,6 +490,7 @@ USAM = PerturbationRule(
     _log_form(_usam_log_c, _usam_step_collapse),
     layers_alike=_usam_alike,
 )
+"""Unnormalised SAM (USAM), a control: ``eps = g`` (not scale invariant)."""
 
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
 METHODS: tuple[str, ...] = tuple(inputs.METHODS)
@@ -492,7 +504,18 @@ An example of a random rule; it is not in :data:`METHODS`."""
 
 
 def get_rule(method: str | PerturbationRule) -> PerturbationRule:
-    """The rule of ``method`` (a name or a rule); InputError naming it if unknown."""
+    """The rule of ``method`` (a name or a rule).
+
+    Args:
+        method: a name of :data:`METHODS` (``gd``, ``sam-l2``, ``sam-linf``, ``usam``)
+            or a :class:`PerturbationRule`, which is returned as it is.
+
+    Returns:
+        The :class:`PerturbationRule`.
+
+    Raises:
+        InputError: ``method`` is neither a known name nor a rule (naming it).
+    """
     if isinstance(method, PerturbationRule):
         return method
     try:

@@ -71,6 +71,10 @@ def sam(
         rule: a method name of :data:`samflow.rules.METHODS` or a
             :class:`~samflow.rules.PerturbationRule`.
 
+    Returns:
+        An ``optax.GradientTransformationExtraArgs`` whose ``update`` takes
+        ``grad_fn`` (and ``key``, ``step`` for a random rule) as extra arguments.
+
     Raises:
         InputError: a ``base`` that is not an optax transformation, an unknown rule, or
             a bad or missing ``rho`` (naming the value).
