@@ -430,6 +430,7 @@ def model_options_case(rows, args):
     ratio to the paper's model (product, logistic, no summaries) in the same run."""
     from samflow.rules import SAM_L2
     from samflow.runners import Discrete
+    from samflow.summaries import Summaries
     from samflow.sweeps.spec import SweepSpec
 
     case = "8 model options, n=8 d=16"
@@ -449,8 +450,7 @@ def model_options_case(rows, args):
             data=(tuple(map(tuple, X.tolist())), tuple(targets[loss].tolist())),
             parametrization=par,
             loss=loss,
-            summaries=summaries,
-            sharpness=sharpness,
+            summaries=Summaries(test_error=True, sharpness=sharpness) if summaries else None,
             beta_star=tuple(star.tolist()) if summaries else (),
         )
         t = timed(engine_runner(spec, args.chunk), args.repeats)

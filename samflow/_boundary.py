@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import layer_rows
 from samflow.runners import Discrete, Flow
@@ -89,7 +90,7 @@ def boundary(
     rtol_alpha: float = 1e-6,
     scan_points: int | None = None,
     dtype: str = "float64",
-    collapse_factor: float = inputs.COLLAPSE_FACTOR,
+    classification: Classification = Classification(),
     progress: bool = False,
     history: str | None = None,
 ) -> xr.Dataset:
@@ -142,7 +143,7 @@ def boundary(
         rho=rho,
         runner=runner,
         dtype=dtype,
-        collapse_factor=collapse_factor,
+        classification=classification,
         mu_set=mu_set,
     )
     spec.check_size()
@@ -278,7 +279,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         rtol_alpha=rtol_alpha,
         scan_points=S,
         bisection_steps=n_iter,
-        collapse_factor=spec.collapse_factor,
+        collapse_factor=spec.classification.collapse_factor,
         flow_formulation=spec.formulation,
         step_path=spec.step_path,
         **runner.attrs(),

@@ -144,17 +144,13 @@ class Discrete:
     def __repr__(self) -> str:
         """As the dataclass's, without the stochastic fields left unset (so that a
         full-batch run's ``history`` reads as it did before they existed)."""
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.identity().items())
+        unset = {"batch": None, "m": None, "label_noise": 0.0}
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name not in unset or getattr(self, f.name) != unset[f.name]
+        )
         return f"Discrete({shown})"
-
-    def identity(self) -> dict:
-        """The fields that define a result (a sweep's key): every field, but the
-        stochastic ones only where set, so that a full-batch run keeps its key."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, unset in (("batch", None), ("m", None), ("label_noise", 0.0)):
-            if out[name] == unset:
-                del out[name]
-        return out
 
 
 @dataclass(frozen=True)
@@ -281,6 +277,15 @@ def check_counters(runner: Runner, dtype: str) -> None:
         )
 
 
-def default(runner: type, name: str):
-    """The default of field ``name`` of ``runner`` (for command-line options)."""
-    return next(f.default for f in fields(runner) if f.name == name)
+def default(owner: type, name: str):
+    """The default of field ``name`` of the settings class ``owner`` (a runner,
+    :class:`samflow.Classification`, ...), for command-line options.
+
+    Args:
+        owner: a dataclass.
+        name: one of its fields.
+
+    Returns:
+        The field's default.
+    """
+    return next(f.default for f in fields(owner) if f.name == name)

@@ -143,8 +143,7 @@ def validity_map(
         axes={"eta": eta, "alpha": alpha},
         runner=samflow.Discrete(eta=float(eta[0]), steps=steps, record_every=1),
         save_trajectories=True,
-        sharpness=sharpness,
-        summaries=True,
+        summaries=samflow.Summaries(sharpness=sharpness),
         pad_layers=pad_layers,
     )
     out = compare(flow, disc, handoff_rtol)

@@ -361,11 +361,14 @@ def _python_cases():
             lambda: t("sam-l2", **{**one, "mu": None, "data": (np.ones((3, 0)), np.ones(3))}),
             "(3, 0)",
         ),
-        "collapse None": (lambda: t("sam-l2", **one, collapse_factor=None), "None"),
+        "collapse None": (lambda: samflow.Classification(collapse_factor=None), "None"),
+        "classification a number": (lambda: t("sam-l2", **one, classification=0.1), "0.1"),
+        "summaries a string": (lambda: t("sam-l2", **one, summaries="yes"), "'yes'"),
+        "active_threshold 0": (lambda: samflow.Summaries(active_threshold=0), "active-threshold"),
         "dtype float16": (lambda: t("sam-l2", **one, dtype="float16"), "float16"),
         "rho with gd": (lambda: t("gd", **one), "rho"),
         "alpha_range short": (lambda: s("sam-l2", **grid, alpha_range=(0.1,)), "alpha-range"),
-        "plateau None": (lambda: s("sam-l2", **grid, plateau_fraction=None), "None"),
+        "plateau None": (lambda: samflow.Classification(plateau_fraction=None), "None"),
         "axis empty": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": []}}), "alpha"),
         "axis strings": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": ["a"]}}), "alpha"),
         "axis repeats": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": [1, 1]}}), "[1.0, 1.0]"),
@@ -536,9 +539,11 @@ def test_bad_api_values(keyword, data):
 
     value = data.draw(BAD_API_VALUES[keyword], label=keyword)
     kwargs = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, 3))
-    kwargs[keyword] = value
     with pytest.raises(samflow.InputError) as err:
-        samflow.trajectory("sam-l2", **kwargs)
+        if keyword == "collapse_factor":  # a field of the settings object
+            samflow.Classification(collapse_factor=value)
+        else:
+            samflow.trajectory("sam-l2", **{**kwargs, keyword: value})
     message = str(err.value)
     assert "\n" not in message
     assert keyword.replace("_", "-") in message or keyword in message, message

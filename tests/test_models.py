@@ -356,7 +356,8 @@ def test_summaries_in_a_sweep_match_the_records():
     y = X @ star
     ds = samflow.sweep(
         "sam-l2", depth=2, data=(X, y), loss="squared", parametrization="u2-v2",
-        axes={"rho": [0.0, 0.05]}, alpha=0.1, beta_star=star, sharpness=True,
+        axes={"rho": [0.0, 0.05]}, alpha=0.1, beta_star=star,
+        summaries=samflow.Summaries(sharpness=True),
         save_trajectories=True, runner=samflow.Discrete(eta=0.05, steps=200),
     )  # fmt: skip
     beta = ds["beta"].values  # [rho, time, coord]
@@ -383,7 +384,7 @@ def test_summaries_in_a_sweep_match_the_records():
         (dict(data=(np.eye(2), np.array([0.5, 1.0]))), "labels must be -1 or +1"),
         (dict(data=(np.eye(2), np.array([np.nan, 1.0])), loss="squared"), "NaN or inf"),
         (dict(beta_star=np.ones(3)), "beta_star must have shape (2,)"),
-        (dict(beta_star=np.ones(2), summaries=False), "need summaries on"),
+        (dict(beta_star=np.ones(2), summaries=False), "needs summaries on"),
     ],
 )
 def test_bad_model_inputs_are_refused(kwargs, message):
@@ -416,12 +417,13 @@ def test_squared_loss_on_one_point_is_allowed():
 
 def test_default_sweep_key_is_unchanged():
     """The paper's model keeps its sweep key when options are added, so stores resume; it
-    changed once on purpose, with the meaning of its labels (``LABELS``: labels of the
-    limit, docs/theory.md §6.1), so that no chunk labelled under the old meaning (key
-    7dca2231ec6b9a49, commit 850addb) is ever resumed into a new sweep."""
+    changed on purpose with the meaning of its labels (``LABELS``: labels of the limit,
+    docs/theory.md §6.1; key 7dca2231ec6b9a49 before, commit 850addb), and with the key's
+    format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
+    81fb7a2dbd049a4a before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert not spec.summaries and spec.key() == "81fb7a2dbd049a4a"
+    assert spec.summaries is None and spec.key() == "62a32c67d12c5dc1"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 

@@ -16,6 +16,7 @@ from samflow._boundary import (
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
+    classification_from_args,
     finite_float,
     float_list,
     integer,
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         scan_points=args.scan_points,
         progress=not args.quiet,
         dtype=args.dtype,
-        collapse_factor=args.collapse_factor,
+        classification=classification_from_args(args),
         history=args.command_line,
     )
     write_dataset(ds, args.out)

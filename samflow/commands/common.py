@@ -1,7 +1,8 @@
 """Argument parsing shared by the subcommands.
 
-The command line only parses: defaults come from :mod:`samflow.runners` and
-:mod:`samflow.inputs` (defined there once), values are checked by the library
+The command line only parses: each option's default is read from the object that owns
+it (the runners, :class:`samflow.Classification`, :class:`samflow.Summaries`: their
+fields' defaults, by :func:`samflow.runners.default`), values are checked by the library
 (:meth:`samflow.sweeps.spec.SweepSpec.from_inputs`, without JAX), whose ``InputError``
 the command line prints as one line with exit status 2. Nothing here imports JAX.
 """
@@ -15,8 +16,10 @@ import zipfile
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.runners import SOLVERS, Discrete, Flow, default
+from samflow.summaries import Summaries
 
 
 def parse_list(text: str, name: str) -> list[str]:
@@ -169,10 +172,27 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--collapse-factor",
         type=finite_float("collapse-factor"),
-        default=inputs.COLLAPSE_FACTOR,
+        default=default(Classification, "collapse_factor"),
         help="discrete runs: collapse when ||beta||_1 at the horizon < factor * "
         "||beta(0)||_1 (flows collapse by their event or a certificate)",
     )
+
+
+def add_plateau_arg(p: argparse.ArgumentParser) -> None:
+    """``--plateau-fraction`` (its default :class:`samflow.Classification`'s)."""
+    p.add_argument(
+        "--plateau-fraction",
+        type=finite_float("plateau-fraction"),
+        default=default(Classification, "plateau_fraction"),
+        help="plateau ends when the loss falls to this fraction of its initial value",
+    )
+
+
+def classification_from_args(args: argparse.Namespace) -> Classification:
+    """The :class:`samflow.Classification` the options describe (``--collapse-factor``,
+    and ``--plateau-fraction`` where the command has it)."""
+    plateau = getattr(args, "plateau_fraction", default(Classification, "plateau_fraction"))
+    return Classification(collapse_factor=args.collapse_factor, plateau_fraction=plateau)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -204,13 +224,15 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--active-threshold",
         type=finite_float("active-threshold"),
-        default=inputs.ACTIVE_THRESHOLD,
+        default=default(Summaries, "active_threshold"),
         help="n_active counts |beta_j| above this",
     )
 
 
 def model_from_args(args: argparse.Namespace) -> dict:
-    """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`."""
+    """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`: the
+    model, ``beta_star`` and the :class:`samflow.Summaries` (None: the library's default,
+    on where the model is not the paper's or ``beta_star`` is given)."""
     star = None
     if args.beta_star is not None:
         star = load_array(args.beta_star, "beta-star")
@@ -219,12 +241,15 @@ def model_from_args(args: argparse.Namespace) -> dict:
         if in_file is not None and star is not None:
             raise InputError(f"beta_star is in {args.data} and given by --beta-star: give one")
         star = in_file if star is None else star
+    summaries = None
+    default_model = args.loss == "logistic" and args.parametrization == "product"
+    if args.sharpness or not default_model or star is not None:
+        summaries = Summaries(sharpness=args.sharpness, active_threshold=args.active_threshold)
     return dict(
         loss=args.loss,
         parametrization=args.parametrization,
         beta_star=star,
-        sharpness=args.sharpness,
-        active_threshold=args.active_threshold,
+        summaries=summaries,
     )
 
 

@@ -34,6 +34,7 @@ from samflow.figures._engine import sweep
 from samflow.oracles import min_l1_interpolant, min_l2_interpolant, woodworth_interpolant
 from samflow.plotting import OKABE_ITO, save_figure_set
 from samflow.runners import Discrete, Flow
+from samflow.summaries import Summaries
 from samflow.sweeps.spec import SweepSpec
 
 N_POINTS, D, SPARSITY, SEED = 20, 30, 3, 1
@@ -93,7 +94,7 @@ def run(quick: bool) -> xr.Dataset:
             loss="squared",
             parametrization="u2-v2",
             beta_star=beta_star,
-            sharpness=True,
+            summaries=Summaries(sharpness=True),
             save_trajectories=True,
         )
         eta = step_size(spec.points(np.arange(spec.size)).theta0[:, 0, 0], X)

@@ -34,6 +34,7 @@ from samflow.figures.kernel_rich import make_problem
 from samflow.oracles import min_l1_interpolant
 from samflow.plotting import OKABE_ITO, save_figure_set
 from samflow.runners import Discrete
+from samflow.summaries import Summaries
 from samflow.sweeps.spec import SweepSpec
 
 ALPHA, ETA = 0.1, 0.05
@@ -59,7 +60,7 @@ def _spec(method, parametrization, rhos, m, steps, X, y, beta_star) -> SweepSpec
         loss="squared",
         parametrization=parametrization,
         beta_star=beta_star,
-        sharpness=True,
+        summaries=Summaries(sharpness=True),
     )
 
 
