@@ -59,8 +59,10 @@ def l2_spec(points: int, depth: int, d: int, steps: int, dtype: str):
 def few_records(spec):
     """``spec`` recording 3 times (steps 0, steps / 2 and the last): against the default
     100 records, the difference is what the records cost."""
+    from samflow.runners import Every
+
     steps = spec.runner.steps
-    return replace(spec, runner=replace(spec.runner, record_every=max(1, steps // 2)))
+    return replace(spec, runner=replace(spec.runner, save=Every(max(1, steps // 2))))
 
 
 def _square_grid(points: int):
@@ -76,12 +78,12 @@ def _square_grid(points: int):
 
 def flow_spec(points: int, tau_max: float, rtol: float, atol: float):
     from samflow.rules import SAM_L2
-    from samflow.runners import Flow
+    from samflow.runners import Flow, LogSpaced
     from samflow.sweeps.spec import SweepSpec
 
     return SweepSpec(
         rule=SAM_L2,
-        runner=Flow(tau_max=tau_max, n_save=60, rtol=rtol, atol=atol, max_steps=20_000),
+        runner=Flow(tau_max=tau_max, save=LogSpaced(59), rtol=rtol, atol=atol, max_steps=20_000),
         depth=2,
         axes=_square_grid(points),
         mu=MU4,

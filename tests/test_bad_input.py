@@ -337,7 +337,7 @@ def _python_cases():
 
     import samflow
 
-    flow = samflow.Flow(tau_max=1.0, n_save=3)
+    flow = samflow.Flow(tau_max=1.0, save=samflow.LogSpaced(2))
     one = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=flow)
     grid = dict(depth=2, mu=[1.0, 2.0], rho=1.0, runner=flow, axes={"alpha": [0.5, 1.0]})
     t, s, b = samflow.trajectory, samflow.sweep, samflow.boundary
@@ -381,7 +381,9 @@ def _python_cases():
             "10000000000",
         ),
         "huge records": (
-            lambda: t("sam-l2", **{**one, "runner": samflow.Flow(n_save=10**9)}),
+            lambda: t(
+                "sam-l2", **{**one, "runner": samflow.Flow(save=samflow.LogSpaced(10**9 - 1))}
+            ),
             "1000000000 records",
         ),
         "mu_set without axis": (lambda: s("sam-l2", **grid, mu_set=np.ones((2, 2))), "mu_set"),
@@ -538,7 +540,9 @@ def test_bad_api_values(keyword, data):
     import samflow
 
     value = data.draw(BAD_API_VALUES[keyword], label=keyword)
-    kwargs = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, 3))
+    kwargs = dict(
+        depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, samflow.LogSpaced(2))
+    )
     with pytest.raises(samflow.InputError) as err:
         if keyword == "collapse_factor":  # a field of the settings object
             samflow.Classification(collapse_factor=value)
@@ -562,7 +566,11 @@ def test_bad_api_values(keyword, data):
 def test_bad_api_axes(axis, values):
     import samflow
 
-    runner = samflow.Discrete(eta=0.1, steps=2) if axis == "eta" else samflow.Flow(1.0, 3)
+    runner = (
+        samflow.Discrete(eta=0.1, steps=2)
+        if axis == "eta"
+        else samflow.Flow(1.0, samflow.LogSpaced(2))
+    )
     rho = None if axis == "rho" else 1.0
     with pytest.raises(samflow.InputError) as err:
         samflow.sweep("sam-l2", depth=2, mu=[1.0, 2.0], rho=rho, axes={axis: values}, runner=runner)

@@ -12,7 +12,7 @@ from samflow.regimes import COLLAPSE, DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 from samflow.theory import l2sam_l2_direct_edge
 
 MU = [1.0, 2.0, 3.0, 4.0]
-FLOW = samflow.Flow(tau_max=200.0, n_save=60)
+FLOW = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59))
 
 
 def _edges():
@@ -94,7 +94,7 @@ def test_missing_edges_are_nan():
 def test_a_failed_run_is_said():
     """A solver capped at 20 steps fails at alpha = 0.1 (checked below): an edge could
     hide where a run failed, so no edge is reported as the edge, and the reason says so."""
-    runner = samflow.Flow(tau_max=200.0, n_save=20, max_steps=20)
+    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(19), max_steps=20)
     ds = samflow.boundary(
         "sam-l2", depth=2, mu=MU, rho=1.0, axes={}, runner=runner, alpha_range=(0.1, 10.0)
     )
@@ -111,7 +111,7 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     which runs flows to their fate, finds one direct edge only, with returned and
     sequential runs below it. The edge is checked against the labels of independent runs
     just below and just above it, each run to its fate."""
-    runner = samflow.Flow(tau_max=200.0, n_save=60)
+    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59))
     problem = dict(depth=3, mu=MU, rho=0.1, runner=runner)
     ds = samflow.boundary(
         "sam-l2", **problem, axes={}, alpha_range=(1e-3, 1.0), rtol_alpha=1e-4, progress=True
@@ -126,7 +126,7 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
     # the final bracket whatever the rounding
     alphas = np.array([1e-3, 2e-3, 1e-2, edge * (1 - 1e-3), edge * (1 + 1e-3)])
-    capped = samflow.Flow(tau_max=200.0, n_save=60, tau_cap=2e4)
+    capped = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59), tau_cap=2e4)
     regime = samflow.sweep("sam-l2", **{**problem, "runner": capped}, axes={"alpha": alphas})[
         "regime"
     ].values
@@ -140,7 +140,7 @@ def test_an_undecided_run_is_said():
     """A cap too short to decide the runs near the collapse edge of L = 4 (they shrink
     slowly for thousands of tau): no edge is reported across them, and the reason says
     why."""
-    runner = samflow.Flow(tau_max=20.0, n_save=20, tau_cap=40.0)
+    runner = samflow.Flow(tau_max=20.0, save=samflow.LogSpaced(19), tau_cap=40.0)
     ds = samflow.boundary(
         "sam-l2", depth=4, mu=MU, rho=0.1, axes={}, runner=runner, alpha_range=(0.01, 0.05)
     )
@@ -191,7 +191,7 @@ def test_a_mu_axis_gives_each_direction_its_own_edge():
         mu_set=mus,
         axes={"mu": [0, 1, 2]},
         rho=1.0,
-        runner=samflow.Flow(tau_max=100.0, n_save=41),
+        runner=samflow.Flow(tau_max=100.0, save=samflow.LogSpaced(40)),
         alpha_range=(1e-2, 1e2),
         rtol_alpha=1e-4,
     )

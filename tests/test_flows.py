@@ -256,7 +256,7 @@ def test_two_saves_are_the_start_and_the_horizon():
     a finer grid exactly."""
     import samflow
 
-    assert list(samflow.Flow(tau_max=50.0, n_save=2).times()) == [0.0, 50.0]
+    assert list(samflow.Flow(tau_max=50.0, save=samflow.LogSpaced(1)).times()) == [0.0, 50.0]
     runs = [
         samflow.trajectory(
             "sam-l2",
@@ -264,7 +264,7 @@ def test_two_saves_are_the_start_and_the_horizon():
             mu=[1, 2, 3, 4],
             alpha=0.5,
             rho=1.0,
-            runner=samflow.Flow(tau_max=50.0, n_save=n, rtol=1e-6, atol=1e-9),
+            runner=samflow.Flow(tau_max=50.0, save=samflow.LogSpaced(n - 1), rtol=1e-6, atol=1e-9),
         )
         for n in (2, 7)
     ]

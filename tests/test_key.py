@@ -21,25 +21,24 @@ OTHER = {
     samflow.Discrete: {
         "eta": 0.02,
         "steps": 300,
-        "record_every": 3,
-        "log_records": 7,
-        "record_steps": (0, 5, 300),
+        "save": samflow.Every(3),
         "batch": None,
         "m": None,
         "label_noise": None,
     },
     samflow.Flow: {
         "tau_max": 20.0,
-        "n_save": 50,
-        "tau_min": 1e-3,
+        "save": samflow.At((0.0, 1.0, 20.0)),
         "rtol": 1e-7,
         "atol": 1e-9,
         "solver": "dopri5",
         "max_steps": 5000,
         "formulation": "linear",
-        "save_tau": (0.0, 1.0, 20.0),
         "tau_cap": 400.0,
     },
+    samflow.Every: {"k": 7},
+    samflow.LogSpaced: {"n": 50, "first": 1e-3},
+    samflow.At: {"times": (0, 5, 300)},
 }
 """A value other than the default for every field of every settings object (None: a
 field that needs a spec of its own, tested beside); a field added to an object without
@@ -72,6 +71,22 @@ def test_every_runner_field_changes_the_key(kind):
         key = spec(runner=kind(**{name: value})).key()
         assert key not in seen, name
         seen.add(key)
+
+
+def test_every_schedule_field_changes_the_key():
+    keys = {spec(runner=samflow.Discrete()).key()}
+    for save in (
+        samflow.Every(7),
+        samflow.LogSpaced(50),
+        samflow.LogSpaced(50, first=3.0),
+        samflow.At((0, 5, 20_000)),
+        samflow.At((0, 6, 20_000)),
+    ):
+        keys.add(spec(runner=samflow.Discrete(save=save)).key())
+    for save in (samflow.LogSpaced(50), samflow.LogSpaced(199, first=1e-3)):
+        keys.add(spec(runner=samflow.Flow(tau_max=10.0, save=save)).key())
+    keys.add(spec().key())
+    assert len(keys) == 9
 
 
 @pytest.mark.parametrize("name", sorted(OTHER[samflow.Classification]))
@@ -121,8 +136,12 @@ def test_spec_fields_change_the_key():
 
 def test_a_default_written_out_gives_the_same_key():
     flow = samflow.Flow(tau_max=10.0)
-    written = samflow.Flow(tau_max=10.0, n_save=200, rtol=1e-8, solver="tsit5", tau_cap=None)
+    written = samflow.Flow(
+        tau_max=10.0, save=samflow.LogSpaced(199), rtol=1e-8, solver="tsit5", tau_cap=None
+    )
     assert spec(runner=written).key() == spec(runner=flow).key()
+    discrete = spec(runner=samflow.Discrete()).key()
+    assert spec(runner=samflow.Discrete(save=samflow.Every(None))).key() == discrete
     assert spec(runner=samflow.Discrete(label_noise=0.0, batch=None)).key() == (
         spec(runner=samflow.Discrete()).key()
     )

@@ -132,7 +132,7 @@ def test_exponential_one_point_rescaled_time():
     rho, eta = 0.1, 0.2
     traj = samflow.trajectory(
         "sam-l2", depth=2, mu=mu, rho=rho, alpha=0.2, loss="exponential",
-        runner=samflow.Discrete(eta=eta, steps=4, record_every=1), save_theta=True,
+        runner=samflow.Discrete(eta=eta, steps=4, save=samflow.Every(1)), save_theta=True,
     )  # fmt: skip
     X, y = mu[None], np.ones(1)
     want = np_sam_l2("product", "exponential", th, X, y, rho, eta, 4)
@@ -407,7 +407,7 @@ def test_squared_loss_on_one_point_is_allowed():
     """mu with the squared loss: the target y = 1, plain time (no rescaling)."""
     ds = samflow.trajectory(
         "gd", depth=2, mu=[1.0, 2.0], alpha=0.5, loss="squared",
-        runner=samflow.Discrete(eta=0.1, steps=5, record_every=1),
+        runner=samflow.Discrete(eta=0.1, steps=5, save=samflow.Every(1)),
     )  # fmt: skip
     assert np.allclose(ds["tau"].values, 0.1 * np.arange(6), rtol=0, atol=1e-15)
     assert "regime" not in ds and "regime_meaning" not in ds.attrs
@@ -434,7 +434,7 @@ def test_fit_takes_the_models_loss():
     th = np.stack([np.full(4, 0.5), np.zeros(4)])
     res = samflow.fit(
         samflow.Model("uv", "squared").loss_fn(X, y), th, "gd",
-        runner=samflow.Discrete(eta=0.1, steps=3, record_every=1), dtype="float64",
+        runner=samflow.Discrete(eta=0.1, steps=3, save=samflow.Every(1)), dtype="float64",
         save_params=True,
     )  # fmt: skip
     want = [th]

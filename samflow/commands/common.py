@@ -18,7 +18,7 @@ import numpy as np
 from samflow import inputs
 from samflow.classification import Classification
 from samflow.errors import InputError
-from samflow.runners import SOLVERS, Discrete, Flow, default
+from samflow.runners import SOLVERS, TAU_MIN_SHARE, Discrete, Every, Flow, LogSpaced, default
 from samflow.summaries import Summaries
 
 
@@ -150,8 +150,16 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "record-every": (integer, None, "record every K steps (discrete; default steps/100)"),
         "log-records": (integer, None, "instead: this many log-spaced records (discrete)"),
         "tau-max": (finite_float, Flow, "flow horizon"),
-        "tau-min": (finite_float, None, "first save time (flow; default tau-max * 1e-4)"),
-        "n-save": (integer, Flow, "log-spaced save times (flow)"),
+        "tau-min": (
+            finite_float,
+            None,
+            f"first save time (flow; default tau-max * {TAU_MIN_SHARE:g})",
+        ),
+        "n-save": (
+            integer,
+            None,
+            f"saved times, 0 and log-spaced ones (flow; default {Flow().n_records()})",
+        ),
         "formulation": (str, Flow, "flow: auto, log, linf or linear (docs/theory.md §3)"),
         "solver": (str, Flow, f"flow: {', '.join(SOLVERS)}"),
         "rtol": (finite_float, Flow, "flow tolerance"),
@@ -309,10 +317,20 @@ def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise InputError(f"{flag} is an option of --mode {'flow' if discrete else 'discrete'}")
-    kind = Discrete if discrete else Flow
     names = DISCRETE_OPTIONS if discrete else FLOW_OPTIONS
-    given = {n: getattr(args, n, None) for n in names}
-    return kind(**{n: v for n, v in given.items() if v is not None})
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if discrete:
+        every, n_log = given.pop("record_every", None), given.pop("log_records", None)
+        if every is not None and n_log is not None:
+            raise InputError("give only one of record-every, log-records")
+        if every is not None or n_log is not None:
+            given["save"] = Every(every) if n_log is None else LogSpaced(n_log)
+        return Discrete(**given)
+    n_save, tau_min = given.pop("n_save", None), given.pop("tau_min", None)
+    if n_save is not None or tau_min is not None:
+        log = default(Flow, "save").n if n_save is None else inputs.integer("n-save", n_save, 2) - 1
+        given["save"] = LogSpaced(log, first=tau_min)
+    return Flow(**given)
 
 
 def problem_from_args(args: argparse.Namespace) -> dict:
