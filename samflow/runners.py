@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from samflow.errors import InputError
 from samflow.inputs import integer, positive, real, real_array
+
+if TYPE_CHECKING:  # a solver object is diffrax's; a name needs no JAX
+    from diffrax import AbstractSolver
 
 MAX_STEPS = 2**62
 """Step counters are int64; a bound well inside it keeps every sum of them exact."""
@@ -236,7 +239,9 @@ class Flow:
         save: when to save: :class:`LogSpaced` (default: 0 and 199 log-spaced times
             from ``tau_max * TAU_MIN_SHARE`` to ``tau_max``) or :class:`At`.
         rtol, atol: tolerances of the PID step-size controller.
-        solver: one of :data:`SOLVERS`.
+        solver: a name of :data:`SOLVERS` (``tsit5``: :class:`samflow.flows.Tsit5`,
+            else diffrax's solver of that name), or a diffrax solver object, e.g.
+            ``diffrax.Dopri8()`` (a name keeps the runner free of JAX until it runs).
         max_steps: cap on solver steps; reaching it is reported as a failure.
         formulation: ``auto`` (log space for a balanced positive start on one point,
             where the rule has a closed form; else linear), or ``log``, ``linf``,
@@ -256,7 +261,7 @@ class Flow:
     save: LogSpaced | At = LogSpaced(199)
     rtol: float = 1e-8
     atol: float = 1e-10
-    solver: str = "tsit5"
+    solver: str | AbstractSolver = "tsit5"
     max_steps: int = 100_000
     formulation: str = "auto"
     tau_cap: float | None = None
@@ -279,12 +284,22 @@ class Flow:
         object.__setattr__(self, "rtol", positive("rtol", self.rtol))
         object.__setattr__(self, "atol", positive("atol", self.atol))
         object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
-        if self.solver not in SOLVERS:
+        if isinstance(self.solver, str) and self.solver not in SOLVERS:
             raise InputError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
+        if not isinstance(self.solver, str) and not callable(getattr(self.solver, "step", None)):
+            raise InputError(
+                f"solver must be a name of {', '.join(SOLVERS)} or a diffrax solver, "
+                f"got {self.solver!r}"
+            )
         if self.formulation not in FORMULATIONS:
             raise InputError(
                 f"unknown formulation {self.formulation!r}; choose from {', '.join(FORMULATIONS)}"
             )
+
+    @property
+    def solver_name(self) -> str:
+        """The solver's name in files: its name, or its class's in lower case."""
+        return self.solver if isinstance(self.solver, str) else type(self.solver).__name__.lower()
 
     def n_records(self) -> int:
         """How many records :meth:`times` gives."""
@@ -314,7 +329,7 @@ class Flow:
             "tau_max": self.tau_max,
             "n_save": self.n_records(),
             "tau_min": self.first_save,
-            "solver": self.solver,
+            "solver": self.solver_name,
             "rtol": self.rtol,
             "atol": self.atol,
             "max_steps": self.max_steps,
