@@ -43,6 +43,7 @@ _WHERE = {
     "SAM_L2": "samflow.rules",
     "SAM_LINF": "samflow.rules",
     "USAM": "samflow.rules",
+    "BoundarySearch": "samflow._boundary",
     "Classification": "samflow.classification",
     "At": "samflow.runners",
     "Discrete": "samflow.runners",

@@ -389,7 +389,7 @@ def _python_cases():
         "mu_set without axis": (lambda: s("sam-l2", **grid, mu_set=np.ones((2, 2))), "mu_set"),
         "save_trajectories 'yes'": (lambda: s("sam-l2", **grid, save_trajectories="yes"), "yes"),
         "boundary alpha_range": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1, 0.5)),
+            lambda: b("sam-l2", **grid, search=samflow.BoundarySearch(alpha_range=(1, 0.5))),
             "alpha-range",
         ),
         "boundary alpha axis": (lambda: b("sam-l2", **grid), "alpha"),
@@ -434,11 +434,11 @@ def _python_cases():
         ),
         "dtype None": (lambda: t("sam-l2", **one, dtype=None), "None"),
         "boundary scan_points 1e9": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, scan_points=10**9),
+            lambda: samflow.BoundarySearch(scan_points=10**9),
             str(10**9),
         ),
         "boundary alpha_range 1e-300": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1e-300, 1e300)),
+            lambda: samflow.BoundarySearch(alpha_range=(1e-300, 1e300)),
             "1e-300",
         ),
         "fit int params": (

@@ -227,9 +227,7 @@ def test_direct_edge_is_the_upper_edge_samflow_boundary_finds_at_l_2_to_6():
         mu=[1.0, 2.0, 3.0, 4.0],
         axes={"depth": depths, "rho": rhos},
         runner=runner,
-        alpha_range=(0.03, 0.5),
-        scan_points=13,
-        rtol_alpha=1e-6,
+        search=samflow.BoundarySearch(alpha_range=(0.03, 0.5), scan_points=13, rtol_alpha=1e-6),
     )
     top = samflow.sweep(
         "sam-l2",

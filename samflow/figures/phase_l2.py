@@ -15,7 +15,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow._boundary import boundary
+from samflow._boundary import BoundarySearch, boundary
 from samflow.figures._engine import FLOW_SETTINGS, figure_spec
 from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
 from samflow.runners import Flow, LogSpaced
@@ -41,8 +41,7 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
         mu=MU,
         axes={"rho": rho},
         runner=Flow(tau_max=200.0, save=LogSpaced(79), **FLOW_SETTINGS),
-        alpha_range=(0.01, 10.0),
-        rtol_alpha=1e-4,
+        search=BoundarySearch(alpha_range=(0.01, 10.0), rtol_alpha=1e-4),
     )
     datasets["boundary"] = edges
     lo = np.array([l2sam_l2_alpha_bounds(MU, r)[0] for r in rho])
