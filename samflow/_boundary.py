@@ -56,6 +56,8 @@ from samflow.sweeps.spec import SweepSpec
 if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
     import xarray as xr
 
+    from samflow.rules import PerturbationRule
+
 SCAN_PER_DECADE = 8
 """Scan alphas per decade of ``alpha_range`` where ``scan_points`` is not given."""
 ALPHA_LIMITS = (1e-100, 1e100)
@@ -136,11 +138,11 @@ class BoundarySearch:
 
 
 def boundary(
-    method,
+    method: str | PerturbationRule,
     *,
     depth: int,
     mu: Sequence[float] | None = None,
-    data=None,
+    data: tuple[np.ndarray, np.ndarray] | None = None,
     axes: Mapping[str, Sequence[float] | np.ndarray | str],
     rho: float | None = None,
     runner: Discrete | Flow,
