@@ -39,13 +39,12 @@ def initial_theta(
     alpha: float | None = None,
     alpha_per_coord: Sequence[float] | None = None,
     theta0: np.ndarray | None = None,
-    parametrization: str = "product",
 ) -> np.ndarray:
     """``theta0`` ``[L, d]`` from exactly one of ``alpha``, ``alpha_per_coord``, ``theta0``.
 
-    ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha for ``product`` and
-    ``u2-v2`` (``u = v = alpha``, so ``beta(0) = 0``), and ``u = alpha``, ``v = 0`` for
-    ``uv`` (docs/theory.md §10)."""
+    ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha; the parametrisation
+    then makes its start of it (:meth:`samflow.Parametrization.start`: ``uv`` sets
+    ``v = 0``, docs/theory.md §10)."""
     given = [
         n
         for n, v in (("alpha", alpha), ("alpha_per_coord", alpha_per_coord), ("theta0", theta0))
@@ -60,24 +59,16 @@ def initial_theta(
         a = check_alpha(alpha)
         if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
-        return _uv(balanced_start(a, d, depth), parametrization)
+        return balanced_start(a, d, depth)
     if alpha_per_coord is not None:
         a = check_alpha(alpha_per_coord, "alpha-per-coord")
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
-        return _uv(balanced_start(a, d, depth), parametrization)
+        return balanced_start(a, d, depth)
     theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")
     return from_array(theta0, d)
-
-
-def _uv(theta0: np.ndarray, parametrization: str) -> np.ndarray:
-    """The uv start ``u = alpha``, ``v = 0`` from a balanced ``theta0``; others as given."""
-    if parametrization == "uv":
-        theta0 = theta0.copy()
-        theta0[1] = 0.0
-    return theta0
 
 
 def trajectory(
@@ -152,9 +143,7 @@ def trajectory(
     """
     X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
-    theta0 = initial_theta(
-        X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0, parametrization
-    )
+    theta0 = initial_theta(X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0)
     # Where it started, for the attributes and the history line.
     start = {
         "alpha": None if alpha is None else float(alpha),
@@ -183,6 +172,8 @@ def trajectory(
         seed=seed,
     )
     spec.check_size(keep_theta=True)
+    if given_theta0 is None:  # every input is checked: the model (JAX) may load
+        theta0 = spec.model.parametrization.start(theta0)
     return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
 
 

@@ -235,16 +235,21 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
     ):
         if isinstance(value, str) and value not in names:
             raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
-    if isinstance(parametrization, str):
-        rows = None if parametrization == "product" else 2
-    else:
-        rows = getattr(parametrization, "rows", None)
+    rows = fixed_rows(parametrization)
     if rows is not None and depth != rows:
         name = getattr(parametrization, "name", parametrization)
         raise InputError(
             f"parametrization {name} has {rows} rows: depth must be {rows}, got {depth}"
         )
     return parametrization, loss
+
+
+def fixed_rows(parametrization) -> int | None:
+    """The number of rows a parametrisation (a name or an object) fixes, or None for a
+    product of any depth (its ``rows``, read from the built-in names without JAX)."""
+    if isinstance(parametrization, str):
+        return None if parametrization == "product" else 2
+    return getattr(parametrization, "rows", None)
 
 
 def check_beta_star(beta_star, d: int) -> np.ndarray | None:

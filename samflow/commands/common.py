@@ -239,8 +239,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def model_from_args(args: argparse.Namespace) -> dict:
     """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`: the
-    model, ``beta_star`` and the :class:`samflow.Summaries` (None: the library's default,
-    on where the model is not the paper's or ``beta_star`` is given)."""
+    model, ``beta_star`` and the :class:`samflow.Summaries` where ``--sharpness`` or
+    ``--active-threshold`` asks for them (else None: the library's default, on where
+    the model is not the paper's or ``beta_star`` is given)."""
     star = None
     if args.beta_star is not None:
         star = load_array(args.beta_star, "beta-star")
@@ -249,10 +250,9 @@ def model_from_args(args: argparse.Namespace) -> dict:
         if in_file is not None and star is not None:
             raise InputError(f"beta_star is in {args.data} and given by --beta-star: give one")
         star = in_file if star is None else star
-    summaries = None
-    default_model = args.loss == "logistic" and args.parametrization == "product"
-    if args.sharpness or not default_model or star is not None:
-        summaries = Summaries(sharpness=args.sharpness, active_threshold=args.active_threshold)
+    summaries = Summaries(sharpness=args.sharpness, active_threshold=args.active_threshold)
+    if summaries == Summaries():
+        summaries = None
     return dict(
         loss=args.loss,
         parametrization=args.parametrization,

@@ -231,8 +231,9 @@ class SweepSpec:
         """The model options, against the depth, the axes and the data."""
         set_ = object.__setattr__
         inputs.check_model(self.parametrization, self.loss, self.depth)
-        if self.parametrization != "product" and "depth" in self.axis_names:
-            raise InputError(f"parametrization {self.parametrization} has no depth axis")
+        if inputs.fixed_rows(self.parametrization) is not None and "depth" in self.axis_names:
+            name = getattr(self.parametrization, "name", self.parametrization)
+            raise InputError(f"parametrization {name} has no depth axis")
         if self.data:
             inputs.check_problem(data=(np.asarray(self.data[0]), np.asarray(self.data[1])),
                                  loss=self.loss)  # fmt: skip
@@ -568,8 +569,8 @@ class SweepSpec:
             if f"alpha_{j}" in values:
                 alpha[:, j - 1] = values[f"alpha_{j}"]
         theta0 = np.where(layer_rows(depth, n_layers), alpha[:, None, :], 1.0)
-        if self.parametrization == "uv":  # u = alpha, v = 0 (docs/theory.md §10)
-            theta0[:, 1] = 0.0
+        # The parametrisation's start at scale alpha (uv: v = 0), rows first.
+        theta0 = np.moveaxis(self.model.parametrization.start(np.moveaxis(theta0, 0, -1)), -1, 0)
         if "mu" in values:
             X = np.asarray(self.mu_set, dtype=np.float64)[values["mu"]][:, None, :]
         elif self.mu:
