@@ -14,7 +14,10 @@ Where things live:
 - :mod:`samflow.model`: the diagonal network and its loss, explicit gradient and Hessian
   (:class:`Model`); :mod:`samflow.parametrizations` (product, u2-v2, uv, and yours) and
   :mod:`samflow.losses` (logistic, exponential, squared, and yours).
-- :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
+- :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow` and their save schedules
+  (:class:`Every`, :class:`LogSpaced`, :class:`At`); :mod:`samflow.classification`
+  (:class:`Classification`), :mod:`samflow.summaries` (:class:`Summaries`) and
+  :class:`BoundarySearch`: the settings objects, each holding its defaults.
 - :mod:`samflow.discrete`, :mod:`samflow.flows`: the discrete run and the diffrax flow.
 - :mod:`samflow.engine`: the point runner every path goes through.
 - :mod:`samflow.sweeps`: axes, the sweep spec, the resumable store.
