@@ -59,8 +59,10 @@ def l2_spec(points: int, depth: int, d: int, steps: int, dtype: str):
 def few_records(spec):
     """``spec`` recording 3 times (steps 0, steps / 2 and the last): against the default
     100 records, the difference is what the records cost."""
+    from samflow.runners import Every
+
     steps = spec.runner.steps
-    return replace(spec, runner=replace(spec.runner, record_every=max(1, steps // 2)))
+    return replace(spec, runner=replace(spec.runner, save=Every(max(1, steps // 2))))
 
 
 def _square_grid(points: int):
@@ -76,12 +78,12 @@ def _square_grid(points: int):
 
 def flow_spec(points: int, tau_max: float, rtol: float, atol: float):
     from samflow.rules import SAM_L2
-    from samflow.runners import Flow
+    from samflow.runners import Flow, LogSpaced
     from samflow.sweeps.spec import SweepSpec
 
     return SweepSpec(
         rule=SAM_L2,
-        runner=Flow(tau_max=tau_max, n_save=60, rtol=rtol, atol=atol, max_steps=20_000),
+        runner=Flow(tau_max=tau_max, save=LogSpaced(59), rtol=rtol, atol=atol, max_steps=20_000),
         depth=2,
         axes=_square_grid(points),
         mu=MU4,
@@ -430,6 +432,7 @@ def model_options_case(rows, args):
     ratio to the paper's model (product, logistic, no summaries) in the same run."""
     from samflow.rules import SAM_L2
     from samflow.runners import Discrete
+    from samflow.summaries import Summaries
     from samflow.sweeps.spec import SweepSpec
 
     case = "8 model options, n=8 d=16"
@@ -449,8 +452,7 @@ def model_options_case(rows, args):
             data=(tuple(map(tuple, X.tolist())), tuple(targets[loss].tolist())),
             parametrization=par,
             loss=loss,
-            summaries=summaries,
-            sharpness=sharpness,
+            summaries=Summaries(test_error=True, sharpness=sharpness) if summaries else None,
             beta_star=tuple(star.tolist()) if summaries else (),
         )
         t = timed(engine_runner(spec, args.chunk), args.repeats)

@@ -66,11 +66,11 @@ def samflow_run(
 
     from samflow.images.models import cnn_classifier
     from samflow.images.train import TrainConfig, make_run, task_arrays
-    from samflow.runners import Discrete
+    from samflow.runners import Discrete, Every
 
     classifier = cnn_classifier(1, CHANNELS, conv=conv)
     data = task_arrays(_data(n_train, n_test), 0.1)
-    runner = Discrete(eta=ETA, steps=steps, record_every=steps)
+    runner = Discrete(eta=ETA, steps=steps, save=Every(steps))
     config = TrainConfig("sam-l2", RHO, runner, batch, loop=loop)
     run = make_run(classifier, config)
     params0 = classifier.init(jax.random.key(0))

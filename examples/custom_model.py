@@ -99,12 +99,14 @@ def main() -> None:
           f"beta {np.round(discrete['beta'][-1].values, 3).tolist()}")  # fmt: skip
     # The l2-SAM flow is solved up to near the minimum: there ``g / ||g||`` turns at
     # every step and an adaptive solver stalls (the discrete run above hovers instead).
-    flow = samflow.trajectory("sam-l2", alpha=0.5, rho=0.05, runner=samflow.Flow(12.0, 40), **KW)
+    flow = samflow.trajectory(
+        "sam-l2", alpha=0.5, rho=0.05, runner=samflow.Flow(12.0, samflow.LogSpaced(39)), **KW
+    )
     print(f"l2-SAM flow to t = 12: loss {float(flow['loss'][-1]):.4g}")
     grid = samflow.sweep(
         "gd",
         axes={"alpha": "0.05:1:6:log"},
-        runner=samflow.Discrete(eta=0.05, steps=400, record_every=40),
+        runner=samflow.Discrete(eta=0.05, steps=400, save=samflow.Every(40)),
         **KW,
     )
     final = grid["loss"].isel(time=-1).values

@@ -43,7 +43,7 @@ for ax, depth in zip(axs, (3, 4), strict=True):
             depth=depth,
             mu=MU,
             axes=AXES,
-            runner=samflow.Flow(tau_max=200.0, n_save=40, tau_cap=cap),
+            runner=samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(39), tau_cap=cap),
         )
         codes, counts = np.unique(ds["regime"].values, return_counts=True)
         counted = ", ".join(f"{NAMES[int(c)]} {n}" for c, n in zip(codes, counts, strict=True))

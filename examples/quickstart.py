@@ -17,7 +17,7 @@ ds = samflow.sweep(
     depth=2,
     mu=[1.0, 2.0, 3.0, 4.0],
     axes={"alpha": "0.02:5:40:log", "rho": "0.1:3:24:log"},
-    runner=samflow.Flow(tau_max=200.0, n_save=60),
+    runner=samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59)),
 )  # nothing is written to disk: out=None
 
 names = dict(zip(samflow.FLAG_VALUES, samflow.FLAG_MEANINGS.split(), strict=True))

@@ -14,7 +14,10 @@ Where things live:
 - :mod:`samflow.model`: the diagonal network and its loss, explicit gradient and Hessian
   (:class:`Model`); :mod:`samflow.parametrizations` (product, u2-v2, uv, and yours) and
   :mod:`samflow.losses` (logistic, exponential, squared, and yours).
-- :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow`, every default once.
+- :mod:`samflow.runners`: :class:`Discrete` and :class:`Flow` and their save schedules
+  (:class:`Every`, :class:`LogSpaced`, :class:`At`); :mod:`samflow.classification`
+  (:class:`Classification`), :mod:`samflow.summaries` (:class:`Summaries`) and
+  :class:`BoundarySearch`: the settings objects, each holding its defaults.
 - :mod:`samflow.discrete`, :mod:`samflow.flows`: the discrete run and the diffrax flow.
 - :mod:`samflow.engine`: the point runner every path goes through.
 - :mod:`samflow.sweeps`: axes, the sweep spec, the resumable store.
@@ -43,7 +46,12 @@ _WHERE = {
     "SAM_L2": "samflow.rules",
     "SAM_LINF": "samflow.rules",
     "USAM": "samflow.rules",
+    "BoundarySearch": "samflow._boundary",
+    "Classification": "samflow.classification",
+    "At": "samflow.runners",
     "Discrete": "samflow.runners",
+    "Every": "samflow.runners",
+    "LogSpaced": "samflow.runners",
     "FitResult": "samflow._fit",
     "Loss": "samflow.losses",
     "MarginLoss": "samflow.losses",
@@ -51,6 +59,7 @@ _WHERE = {
     "Parametrization": "samflow.parametrizations",
     "Flow": "samflow.runners",
     "PerturbationRule": "samflow.rules",
+    "Summaries": "samflow.summaries",
     "SweepSpec": "samflow.sweeps.spec",
     "boundary": "samflow._boundary",
     "fit": "samflow._fit",

@@ -21,10 +21,11 @@ nothing.
 
 Edges lie between labels of the limit only (docs/theory.md, "Labels of the limit"): a
 bracket needs both of its scan alphas decided, neither failed nor unresolved, and a
-flow runner without ``tau_cap`` is run to its fate up to :data:`CAP_FACTOR` times its
-horizon (``tau_cap`` is written to the file). An edge that moved with the horizon is
-therefore not reported: at L = 3 the lower "direct edge" near alpha = 2e-3 of a run
-stopped at tau = 200 is gone once the runs below it are taken to their blow-up.
+flow runner without ``tau_cap`` is run to its fate up to
+:attr:`BoundarySearch.cap_factor` times its horizon (``tau_cap`` is written to the
+file). An edge that moved with the horizon is therefore not reported: at L = 3 the
+lower "direct edge" near alpha = 2e-3 of a run stopped at tau = 200 is gone once the
+runs below it are taken to their blow-up.
 
 What is found, precisely: the edges whose neighbouring scan alphas differ; two edges
 closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
@@ -40,12 +41,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import layer_rows
 from samflow.runners import Discrete, Flow
@@ -54,10 +56,10 @@ from samflow.sweeps.spec import SweepSpec
 if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
     import xarray as xr
 
-ALPHA_RANGE = (1e-3, 1e3)
-"""The default range of alpha scanned."""
+    from samflow.rules import PerturbationRule
+
 SCAN_PER_DECADE = 8
-"""Scan alphas per decade of ``alpha_range`` by default."""
+"""Scan alphas per decade of ``alpha_range`` where ``scan_points`` is not given."""
 ALPHA_LIMITS = (1e-100, 1e100)
 """The alphas a scan may reach (``alpha_range`` within): a start ``alpha ** L`` stays a
 normal float64 number up to depth 3, and far beyond any regime edge."""
@@ -71,68 +73,131 @@ SCAN_RUN_BYTES = 64
 alpha, regime codes and the bracket masks."""
 FOUND, NO_EDGE, SEVERAL, FAILURE, UNDECIDED = range(5)
 """Codes of ``why_nan_<kind>``, in the order of :data:`samflow.schema.WHY_NAN`."""
-CAP_FACTOR = 100.0
-"""A flow runner without ``tau_cap`` runs to its fate up to this many times ``tau_max``."""
+
+
+@dataclass(frozen=True)
+class BoundarySearch:
+    """How :func:`boundary` looks for the edges: a scan in alpha, then bisection.
+
+    Attributes:
+        alpha_range: ``(low, high)``, the alphas scanned (log-spaced), within
+            :data:`ALPHA_LIMITS`.
+        scan_points: how many scan alphas (2..:data:`MAX_SCAN_POINTS`); None:
+            :data:`SCAN_PER_DECADE` per decade of ``alpha_range``, at least 9. Two edges
+            closer than one scan step are not seen.
+        rtol_alpha: relative tolerance of each edge found (at least
+            :data:`MIN_RTOL_ALPHA`, below 1).
+        cap_factor: a flow runner without ``tau_cap`` runs to its fate up to this many
+            times its ``tau_max`` (> 1).
+
+    Raises:
+        InputError: a field of the wrong type or out of range, naming it.
+    """
+
+    alpha_range: tuple[float, float] = (1e-3, 1e3)
+    scan_points: int | None = None
+    rtol_alpha: float = 1e-6
+    cap_factor: float = 100.0
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        lo, hi = inputs.check_range("alpha-range", self.alpha_range)
+        if lo < ALPHA_LIMITS[0] or hi > ALPHA_LIMITS[1]:
+            raise InputError(
+                f"alpha-range {lo!r},{hi!r}: alphas must lie in [{ALPHA_LIMITS[0]:g}, "
+                f"{ALPHA_LIMITS[1]:g}] (a start alpha ** depth beyond that over- or underflows)"
+            )
+        set_(self, "alpha_range", (lo, hi))
+        rtol = inputs.fraction("rtol-alpha", self.rtol_alpha)
+        if rtol < MIN_RTOL_ALPHA:
+            raise InputError(
+                f"rtol-alpha {rtol!r} is below {MIN_RTOL_ALPHA:g}: a bisection on log alpha "
+                "in float64 cannot resolve it"
+            )
+        set_(self, "rtol_alpha", rtol)
+        if self.scan_points is not None:
+            points = inputs.integer("scan-points", self.scan_points, 2, MAX_SCAN_POINTS)
+            set_(self, "scan_points", points)
+        cap = inputs.positive("cap-factor", self.cap_factor)
+        if cap <= 1:
+            raise InputError(f"cap-factor must exceed 1, got {cap}")
+        set_(self, "cap_factor", cap)
+
+    def n_scan(self) -> int:
+        """How many alphas the scan runs.
+
+        Returns:
+            ``scan_points``, or :data:`SCAN_PER_DECADE` per decade of ``alpha_range``
+            (at least 9).
+        """
+        if self.scan_points is not None:
+            return self.scan_points
+        lo, hi = self.alpha_range
+        decades = math.log10(hi) - math.log10(lo)
+        return max(9, math.ceil(SCAN_PER_DECADE * decades) + 1)
 
 
 def boundary(
-    method,
+    method: str | PerturbationRule,
     *,
     depth: int,
     mu: Sequence[float] | None = None,
-    data=None,
+    data: tuple[np.ndarray, np.ndarray] | None = None,
     axes: Mapping[str, Sequence[float] | np.ndarray | str],
     rho: float | None = None,
     runner: Discrete | Flow,
     mu_set: np.ndarray | None = None,
-    alpha_range: tuple[float, float] = ALPHA_RANGE,
-    rtol_alpha: float = 1e-6,
-    scan_points: int | None = None,
+    search: BoundarySearch = BoundarySearch(),
     dtype: str = "float64",
-    collapse_factor: float = inputs.COLLAPSE_FACTOR,
+    classification: Classification = Classification(),
     progress: bool = False,
     history: str | None = None,
 ) -> xr.Dataset:
     """Every collapse and direct edge in alpha over a grid of the other axes.
 
-    ``axes`` as for :func:`samflow.sweep`, but not ``alpha``, ``alpha_j`` or ``seed``
-    (alpha is what is solved for; an empty mapping gives one point); a ``mu`` axis
-    indexes the rows of ``mu_set`` ``[k, d]``, as in :func:`samflow.sweep`. The range
-    ``alpha_range`` is scanned at ``scan_points`` log-spaced alphas (default
-    :data:`SCAN_PER_DECADE` per decade, at least 9), and each change found is bisected
-    to a relative tolerance ``rtol_alpha``. ``progress`` shows a bar over the scan and
-    the bisection rounds.
+    Args:
+        method: a name of :data:`samflow.METHODS` or a :class:`samflow.PerturbationRule`.
+        depth: layers L, unless an axis varies it.
+        mu: one data point ``[d]``, or None with ``data``.
+        data: ``(X [n, d], y [n])``, or None with ``mu``.
+        axes: as for :func:`samflow.sweep`, but not ``alpha``, ``alpha_j`` or ``seed``
+            (alpha is what is solved for; an empty mapping gives one point).
+        rho: SAM radius where no axis sets it.
+        runner: :class:`samflow.Discrete` or :class:`samflow.Flow` (a flow without
+            ``tau_cap`` runs to its fate up to ``search.cap_factor`` times ``tau_max``).
+        mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
+        search: the scan and the bisection (:class:`samflow.BoundarySearch`): the range
+            ``alpha_range`` is scanned at ``scan_points`` log-spaced alphas, and each
+            change found is bisected to a relative tolerance ``rtol_alpha``.
+        dtype: ``float64`` or ``float32``.
+        classification: the settings of regime classification
+            (:class:`samflow.Classification`).
+        progress: show a bar over the scan and the bisection rounds.
+        history: the file's ``history`` line (default: this call).
 
-    Returns, for ``<kind>`` in ``collapse``, ``direct``: ``alpha_<kind>(<axes>)`` (the
-    edge where exactly one exists in the range, else NaN), ``n_edges_<kind>(<axes>)``,
-    ``alpha_<kind>_all(<axes>, edge)`` (every edge in increasing alpha, NaN-filled to
-    :data:`samflow.schema.MAX_EDGES`) and ``why_nan_<kind>(<axes>)``
-    (:data:`samflow.schema.WHY_NAN`), with attributes saying how they were found.
+    Returns:
+        For ``<kind>`` in ``collapse``, ``direct``: ``alpha_<kind>(<axes>)`` (the edge
+        where exactly one exists in the range, else NaN), ``n_edges_<kind>(<axes>)``,
+        ``alpha_<kind>_all(<axes>, edge)`` (every edge in increasing alpha, NaN-filled
+        to :data:`samflow.schema.MAX_EDGES`) and ``why_nan_<kind>(<axes>)``
+        (:data:`samflow.schema.WHY_NAN`), with attributes saying how they were found.
+
+    Raises:
+        InputError: a bad input, named, before anything is compiled (an ``alpha`` axis,
+            a ``search`` that is not a :class:`BoundarySearch`, a scan too large for
+            memory, ...).
     """
     if not isinstance(axes, Mapping):
         raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")
     for name in axes:
         if name in ("alpha", "seed") or str(name).startswith("alpha_"):
             raise InputError(f"axis {name}: boundary solves for alpha; vary the other axes")
-    lo_alpha, hi_alpha = inputs.check_range("alpha-range", alpha_range)
-    if lo_alpha < ALPHA_LIMITS[0] or hi_alpha > ALPHA_LIMITS[1]:
-        raise InputError(
-            f"alpha-range {lo_alpha!r},{hi_alpha!r}: alphas must lie in [{ALPHA_LIMITS[0]:g}, "
-            f"{ALPHA_LIMITS[1]:g}] (a start alpha ** depth beyond that over- or underflows)"
-        )
-    rtol_alpha = inputs.fraction("rtol-alpha", rtol_alpha)
-    if rtol_alpha < MIN_RTOL_ALPHA:
-        raise InputError(
-            f"rtol-alpha {rtol_alpha!r} is below {MIN_RTOL_ALPHA:g}: a bisection on log alpha "
-            "in float64 cannot resolve it"
-        )
-    decades = math.log10(hi_alpha) - math.log10(lo_alpha)
-    if scan_points is None:
-        scan_points = max(9, math.ceil(SCAN_PER_DECADE * decades) + 1)
-    scan_points = inputs.integer("scan-points", scan_points, minimum=2, maximum=MAX_SCAN_POINTS)
+    if not isinstance(search, BoundarySearch):
+        raise InputError(f"search must be samflow.BoundarySearch(...), got {search!r}")
+    scan_points = search.n_scan()
     progress = inputs.check_flag("progress", progress)
     if isinstance(runner, Flow) and runner.tau_cap is None:
-        runner = replace(runner, tau_cap=CAP_FACTOR * runner.tau_max)
+        runner = replace(runner, tau_cap=search.cap_factor * runner.tau_max)
     spec = SweepSpec.from_inputs(
         method,
         depth=depth,
@@ -142,7 +207,7 @@ def boundary(
         rho=rho,
         runner=runner,
         dtype=dtype,
-        collapse_factor=collapse_factor,
+        classification=classification,
         mu_set=mu_set,
     )
     spec.check_size()
@@ -160,7 +225,8 @@ def boundary(
             rho=rho,
             runner=runner,
         )
-    return _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
+    lo_alpha, hi_alpha = search.alpha_range
+    return _solve(spec, lo_alpha, hi_alpha, search.rtol_alpha, scan_points, progress, history)
 
 
 class _Regimes:
@@ -278,7 +344,7 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         rtol_alpha=rtol_alpha,
         scan_points=S,
         bisection_steps=n_iter,
-        collapse_factor=spec.collapse_factor,
+        collapse_factor=spec.classification.collapse_factor,
         flow_formulation=spec.formulation,
         step_path=spec.step_path,
         **runner.attrs(),

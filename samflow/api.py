@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import balanced_start, check_alpha, from_array
 from samflow.runners import Discrete, Flow
+from samflow.summaries import Summaries
 from samflow.sweeps.spec import SweepSpec
 
 if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
@@ -37,13 +39,12 @@ def initial_theta(
     alpha: float | None = None,
     alpha_per_coord: Sequence[float] | None = None,
     theta0: np.ndarray | None = None,
-    parametrization: str = "product",
 ) -> np.ndarray:
     """``theta0`` ``[L, d]`` from exactly one of ``alpha``, ``alpha_per_coord``, ``theta0``.
 
-    ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha for ``product`` and
-    ``u2-v2`` (``u = v = alpha``, so ``beta(0) = 0``), and ``u = alpha``, ``v = 0`` for
-    ``uv`` (docs/theory.md §10)."""
+    ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha; the parametrisation
+    then makes its start of it (:meth:`samflow.Parametrization.start`: ``uv`` sets
+    ``v = 0``, docs/theory.md §10)."""
     given = [
         n
         for n, v in (("alpha", alpha), ("alpha_per_coord", alpha_per_coord), ("theta0", theta0))
@@ -58,24 +59,16 @@ def initial_theta(
         a = check_alpha(alpha)
         if np.ndim(alpha) != 0:
             raise InputError(f"alpha must be one number, got {a.tolist()}; use alpha_per_coord")
-        return _uv(balanced_start(a, d, depth), parametrization)
+        return balanced_start(a, d, depth)
     if alpha_per_coord is not None:
         a = check_alpha(alpha_per_coord, "alpha-per-coord")
         if a.size != d:
             raise InputError(f"alpha-per-coord has {a.size} entries but d = {d}")
-        return _uv(balanced_start(a, d, depth), parametrization)
+        return balanced_start(a, d, depth)
     theta0 = inputs.real_array("theta0", theta0)
     if theta0.ndim != 2 or theta0.shape[0] != depth:
         raise InputError(f"theta0 must have shape (L={depth}, d={d}), got {theta0.shape}")
     return from_array(theta0, d)
-
-
-def _uv(theta0: np.ndarray, parametrization: str) -> np.ndarray:
-    """The uv start ``u = alpha``, ``v = 0`` from a balanced ``theta0``; others as given."""
-    if parametrization == "uv":
-        theta0 = theta0.copy()
-        theta0[1] = 0.0
-    return theta0
 
 
 def trajectory(
@@ -91,47 +84,66 @@ def trajectory(
     runner: Discrete | Flow,
     dtype: str = "float64",
     save_theta: bool = False,
-    collapse_factor: float = inputs.COLLAPSE_FACTOR,
+    classification: Classification = Classification(),
     history: str | None = None,
     loss: str = "logistic",
     parametrization: str = "product",
     beta_star: np.ndarray | None = None,
-    summaries: bool | None = None,
-    sharpness: bool = False,
-    active_threshold: float = inputs.ACTIVE_THRESHOLD,
+    summaries: Summaries | bool | None = None,
     seed: int | None = None,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
-    Returns a Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
-    ``beta(time, coord)``, ``tau(time)`` (rescaled time; ``eta * step`` for n > 1
-    points), ``loss(time)``, ``dominant(time)``, ``theta_final(layer, coord)``,
-    ``step(time)`` (discrete), ``theta(time, layer, coord)`` (``save_theta``), the
-    scalars ``regime`` (CF flags; a label of the limit, ``unresolved`` where the run's
-    fate is not decided: docs/theory.md, "Labels of the limit"), ``unresolved_reason``,
-    ``stop_leader`` and ``limit_coord``; ``tau`` (and ``step``) are
-    coordinates along ``time``; attributes: the settings, the regime's meaning,
-    ``first_amplified``, and for flows where and why the solve ended.
+    Args:
+        method: a name of :data:`samflow.METHODS` or a :class:`samflow.PerturbationRule`.
+        depth: layers L (1..256; ``u2-v2`` and ``uv`` have 2).
+        mu: one data point ``[d]`` (entries > 0, ``y = +1``), or None with ``data``.
+        data: ``(X [n, d], y [n])``: labels in {-1, +1} for a margin loss, real targets
+            for the squared loss; or None with ``mu``.
+        alpha: the start: every layer alpha (``uv``: u = alpha, v = 0).
+        alpha_per_coord: instead, per-coordinate scales ``[d]``.
+        theta0: instead, the start ``[L, d]`` itself.
+        rho: SAM radius (required for SAM; none for gd).
+        runner: :class:`samflow.Discrete` or :class:`samflow.Flow`.
+        dtype: ``float64`` or ``float32``.
+        save_theta: also keep ``theta(time, layer, coord)``.
+        classification: the settings of regime classification
+            (:class:`samflow.Classification`).
+        history: the file's ``history`` line (default: this call).
+        loss: ``logistic``, ``exponential``, ``squared`` (real ``y``) or a
+            :class:`samflow.Loss` (docs/theory.md §10).
+        parametrization: ``product``, ``u2-v2``, ``uv`` or a
+            :class:`samflow.Parametrization`.
+        beta_star: the ground truth ``[d]``: adds ``test_error(time)`` =
+            ``||beta - beta_star||_2^2``.
+        summaries: the summaries taken at every record (:class:`samflow.Summaries`:
+            ``l1_norm``, ``l2_norm``, ``n_active(time)``; with ``sharpness`` the
+            Hessian's top eigenvalue ``sharpness(time)`` and ``hessian_trace(time)``);
+            True: the default ones; False: none; None (default): on unless the model is
+            the paper's and no ``beta_star`` is given.
+        seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
+            ``label_noise`` (default 0; docs/theory.md §12).
 
-    The model (docs/theory.md §10): ``parametrization`` (``product``, ``u2-v2``, ``uv``;
-    the last two have ``depth=2``) and ``loss`` (``logistic``, ``exponential``,
-    ``squared`` with real ``y``). Where it does not classify (not the product network
-    with a margin loss) there is no ``regime``, ``unresolved_reason`` or ``limit_coord``.
-    ``summaries`` (default: on unless the model is the paper's and neither ``sharpness`` nor
-    ``beta_star`` is given) adds ``l1_norm``, ``l2_norm``, ``n_active(time)``
-    (``|beta_j| > active_threshold``), ``test_error(time)`` = ``||beta - beta_star||_2^2``
-    with ``beta_star``, and with ``sharpness`` the Hessian's top eigenvalue
-    ``sharpness(time)`` and ``hessian_trace(time)``.
+    Returns:
+        A Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
+        ``beta(time, coord)``, ``tau(time)`` (rescaled time; ``eta * step`` for n > 1
+        points), ``loss(time)``, ``dominant(time)``, ``theta_final(layer, coord)``,
+        ``step(time)`` (discrete), ``theta(time, layer, coord)`` (``save_theta``), the
+        scalars ``regime`` (a label of the limit, ``unresolved`` where the run's fate is
+        not decided: docs/theory.md, "Labels of the limit"), ``unresolved_reason``,
+        ``stop_leader`` and ``limit_coord`` (none of these three where the model does
+        not classify: not the product network with a margin loss), the summaries;
+        ``tau`` (and ``step``) are coordinates along ``time``; attributes: the settings,
+        the regime's meaning, ``first_amplified``, and for flows where and why the solve
+        ended.
 
-    ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
-    ``label_noise`` (:class:`samflow.Discrete`; docs/theory.md §12); a deterministic run
-    refuses it (``InputError``: it would change nothing).
+    Raises:
+        InputError: a bad input, named, before JAX is imported; among them a ``seed``
+            given to a deterministic run (it would change nothing).
     """
     X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
-    theta0 = initial_theta(
-        X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0, parametrization
-    )
+    theta0 = initial_theta(X.shape[1], inputs.check_depth(depth), alpha, alpha_per_coord, theta0)
     # Where it started, for the attributes and the history line.
     start = {
         "alpha": None if alpha is None else float(alpha),
@@ -151,17 +163,17 @@ def trajectory(
         rho=rho,
         runner=runner,
         dtype=dtype,
-        collapse_factor=collapse_factor,
+        classification=classification,
         save_trajectories=True,  # a trajectory keeps beta; and theta, checked next
         loss=loss,
         parametrization=parametrization,
         beta_star=beta_star,
         summaries=summaries,
-        sharpness=sharpness,
-        active_threshold=active_threshold,
         seed=seed,
     )
     spec.check_size(keep_theta=True)
+    if given_theta0 is None:  # every input is checked: the model (JAX) may load
+        theta0 = spec.model.parametrization.start(theta0)
     return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
 
 
@@ -182,7 +194,6 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
     from samflow.summaries import NAMES as SUMMARY_NAMES
 
     rule, runner, depth, rho, dtype = spec.rule, spec.runner, spec.depth, spec.rho, spec.dtype
-    collapse_factor = spec.collapse_factor
     n, d = X.shape
     model = spec.model
     setup = spec.setup(theta0=theta0)
@@ -262,7 +273,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         **spec.model_attrs(),
         "regime_meaning": NAMES[int(r["regime"])] if model.classifies else None,
         "first_amplified": int(r["first_amplified"]),
-        "collapse_factor": collapse_factor,
+        "collapse_factor": spec.classification.collapse_factor,
         **runner.attrs(),
         "seed": seed,
         **outcome,
@@ -276,7 +287,7 @@ def _model_call(spec: SweepSpec) -> dict:
     return {
         "loss": None if loss == "logistic" else loss,
         "parametrization": None if parametrization == "product" else parametrization,
-        "sharpness": True if spec.sharpness else None,
+        "summaries": spec.summaries if spec.sharpness else None,
     }
 
 
@@ -297,36 +308,60 @@ def sweep(
     chunk: int = inputs.DEFAULT_CHUNK,
     mu_set: np.ndarray | None = None,
     alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE,
-    collapse_factor: float = inputs.COLLAPSE_FACTOR,
-    plateau_fraction: float = inputs.PLATEAU_FRACTION,
+    classification: Classification = Classification(),
     save_trajectories: bool = False,
     pad_layers: int = 0,
     history: str | None = None,
     loss: str = "logistic",
     parametrization: str = "product",
     beta_star: np.ndarray | None = None,
-    summaries: bool | None = None,
-    sharpness: bool = False,
-    active_threshold: float = inputs.ACTIVE_THRESHOLD,
+    summaries: Summaries | bool | None = None,
     seed: int | None = None,
 ) -> xr.Dataset:
     """Run ``method`` over the cartesian grid of ``axes`` in one compiled program.
 
-    ``axes`` maps an axis name (``alpha``, ``alpha_j``, ``rho``, ``depth``, ``eta``,
-    ``mu``, ``seed``, ``noise_seed``; see :mod:`samflow.sweeps.axes`) to its values, or to a range
-    ``"START:STOP:NUM[:log|:lin]"``; the grid's dims follow the mapping's order.
-    ``out=None`` runs in memory and writes nothing; with a path the result is the
-    resumable store the command line uses (rerun the same call to resume; a finished
-    file of the same sweep is returned as it is, one of another sweep is refused unless
-    ``overwrite``). Returns
-    the Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the summaries of
-    :mod:`samflow.regimes` per grid point (``beta`` too with ``save_trajectories``).
-    The model keywords (``loss``, ``parametrization``, ``beta_star``, ``summaries``,
-    ``sharpness``, ``active_threshold``) are :func:`trajectory`'s; their summaries are
-    per grid point and record.
-    ``seed`` (default 0) keys the stochastic steps of a runner with ``batch``, ``m`` or
-    ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (docs/theory.md §12);
-    a run with no stochastic steps refuses it (``InputError``: it would change nothing).
+    Args:
+        method: a name of :data:`samflow.METHODS` or a :class:`samflow.PerturbationRule`.
+        depth: layers L, unless an axis varies it.
+        mu: one data point ``[d]``, or None with ``data``.
+        data: ``(X [n, d], y [n])``, or None with ``mu``.
+        axes: axis name (``alpha``, ``alpha_j``, ``rho``, ``depth``, ``eta``, ``mu``,
+            ``seed``, ``noise_seed``; :mod:`samflow.sweeps.axes`) to its values, or to a
+            range ``"START:STOP:NUM[:log|:lin]"``; the grid's dims follow its order.
+        rho: SAM radius where no axis sets it.
+        alpha: initialisation scale where no axis sets it (default 1).
+        runner: :class:`samflow.Discrete` or :class:`samflow.Flow`.
+        dtype: ``float64`` or ``float32``.
+        out: None runs in memory and writes nothing; a path makes the resumable store
+            the command line uses (rerun the same call to resume; a finished file of
+            the same sweep is returned as it is, one of another sweep is refused unless
+            ``overwrite``).
+        progress: show a progress bar.
+        overwrite: replace a file of another sweep at ``out``.
+        chunk: grid points per call of the compiled program.
+        mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
+        alpha_range: for a ``seed`` axis, alpha_j log-uniform in ``(low, high)``.
+        classification: the settings of regime classification
+            (:class:`samflow.Classification`).
+        save_trajectories: keep ``beta`` of every point at every record.
+        pad_layers: pad parameters to at least this many layers.
+        history: the file's ``history`` line (default: this call).
+        loss: the loss, as in :func:`trajectory`.
+        parametrization: the parametrisation, as in :func:`trajectory`.
+        beta_star: the ground truth ``[d]`` of the ``test_error`` summary.
+        summaries: the summaries, as in :func:`trajectory`, per grid point and record.
+        seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
+            ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (default 0).
+
+    Returns:
+        The Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the
+        summaries of :mod:`samflow.regimes` per grid point (``beta`` too with
+        ``save_trajectories``).
+
+    Raises:
+        InputError: a bad input, named, before anything is compiled; among them a
+            ``seed`` given to a run with no stochastic steps, or an ``out`` holding
+            another sweep without ``overwrite``.
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")
@@ -341,8 +376,7 @@ def sweep(
         runner=runner,
         dtype=dtype,
         alpha_range=alpha_range,
-        collapse_factor=collapse_factor,
-        plateau_fraction=plateau_fraction,
+        classification=classification,
         save_trajectories=save_trajectories,
         mu_set=mu_set,
         pad_layers=pad_layers,
@@ -350,8 +384,6 @@ def sweep(
         parametrization=parametrization,
         beta_star=beta_star,
         summaries=summaries,
-        sharpness=sharpness,
-        active_threshold=active_threshold,
         seed=seed,
     )
     inputs.integer("chunk", chunk)

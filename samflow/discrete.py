@@ -195,7 +195,7 @@ def simulate(
     default ``jax.random.key(0)``); other rules ignore it. ``model``: the
     parametrisation and loss (static; default the paper's). ``summaries``: static
     ``(theta, mask) -> dict`` of ``[*batch]`` values taken at every record
-    (:func:`samflow.summaries.record_summaries`).
+    (:func:`samflow.engine.record_summaries`).
     ``balanced_step`` (static): every real layer of ``theta0`` is the same vector, the rule
     treats layers alike (:attr:`samflow.rules.PerturbationRule.treats_layers_alike`) and
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the

@@ -39,17 +39,17 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from samflow import balanced, compile_cache, devices
 from samflow import fate as fates
+from samflow.classification import Classification
 from samflow.discrete import Observer, simulate
 from samflow.flows import FlowConfig, integrate, start_rate
-from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
-from samflow.layout import argmax_rows
+from samflow.layout import argmax_rows, sum_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.precision import precision
 from samflow.regimes import FAILED, OBSERVER, finish, path_observer, summarize, track
 from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
 from samflow.stochastic import Sampling
-from samflow.summaries import Summaries, record_summaries
+from samflow.summaries import Summaries
 
 Item, Result = TypeVar("Item"), TypeVar("Result")
 
@@ -160,7 +160,8 @@ class Setup:
         mode: ``discrete`` or ``flow``.
         dtype: ``float64`` or ``float32``.
         flow: the flow's static configuration (flows only).
-        collapse_factor, plateau_fraction: options of :func:`samflow.regimes.finish`.
+        classification: the settings of :func:`samflow.regimes.finish`
+            (:class:`samflow.Classification`).
         keep: names from :data:`KEEP` to return besides the summaries.
         padding: whether rows of ``theta0`` beyond a point's depth may be padding.
             Without it a program takes every row as a real layer and ignores ``depth``
@@ -190,8 +191,7 @@ class Setup:
     mode: str
     dtype: str = "float64"
     flow: FlowConfig | None = None
-    collapse_factor: float = COLLAPSE_FACTOR
-    plateau_fraction: float = PLATEAU_FRACTION
+    classification: Classification = Classification()
     keep: tuple[str, ...] = ()
     padding: bool = True
     sharded: bool = True
@@ -224,6 +224,32 @@ def step_path(setup: Setup, points: Points) -> str:
     if setup.step_path == "general":
         return balanced.GENERAL
     return balanced.BALANCED if ok else balanced.GENERAL
+
+
+def record_summaries(
+    what: Summaries, model: Model, problem: Problem, beta_star: Array | None
+) -> Callable[[Array, Array | None], dict[str, Array]]:
+    """``(theta [L_max, d, *batch], mask) -> {name: [*batch]}``: the summaries ``what``
+    (:class:`samflow.summaries.Summaries`) of the parameters at one record.
+
+    ``beta_star`` ``[d, *batch]`` (or broadcasting) when ``what.test_error``.
+    """
+
+    def take(theta: Array, mask: Array | None) -> dict[str, Array]:
+        b = model.beta(theta)
+        out = {
+            "l1_norm": sum_rows(jnp.abs(b)),
+            "l2_norm": jnp.sqrt(sum_rows(b * b)),
+            "n_active": sum_rows((jnp.abs(b) > what.active_threshold).astype(jnp.int32)),
+        }
+        if what.test_error:
+            e = b - beta_star
+            out["test_error"] = sum_rows(e * e)
+        if what.sharpness:
+            out["sharpness"], out["hessian_trace"] = model.sharpness(theta, problem, mask)
+        return out
+
+    return take
 
 
 def tile_points(
@@ -379,8 +405,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             traj.tau,
             valid=(jnp.arange(times.shape[0]) < n_records)[:, None],
             failed=traj.failed_step >= 0,
-            collapse_factor=setup.collapse_factor,
-            plateau_fraction=setup.plateau_fraction,
+            settings=setup.classification,
             path=traj.watched[0],
             major=major,
             fate=_discrete_fate(setup, traj, theta0, X, y, depth, rho, eta),
@@ -436,8 +461,7 @@ def _flow_tile(setup: Setup) -> Callable:
             sol.loss,
             sol.valid & (jnp.arange(times.shape[0]) < n_records),
             sol.failed,
-            setup.collapse_factor,
-            setup.plateau_fraction,
+            setup.classification,
             major=major,
             path=sol.path,
             fate=sol.fate,

@@ -178,7 +178,8 @@ class FlowConfig(NamedTuple):
 
     Fields:
         formulation: ``log``, ``linf`` or ``linear`` (see module docstring).
-        solver, rtol, atol, max_steps: :class:`samflow.Flow`'s fields of those names.
+        solver: the solver object (:class:`samflow.Flow`'s name mapped to it, once).
+        rtol, atol, max_steps: :class:`samflow.Flow`'s fields of those names.
         log_beta_max: stop when ``log max|beta_j|`` exceeds this.
         singular_log_range: how far, in ``log |beta|``, a finite-time singularity is
             followed: collapse when ``log max|beta_j|`` falls this far below its
@@ -189,7 +190,7 @@ class FlowConfig(NamedTuple):
     """
 
     formulation: str
-    solver: str
+    solver: diffrax.AbstractSolver
     rtol: float
     atol: float
     max_steps: int
@@ -209,7 +210,7 @@ class FlowConfig(NamedTuple):
         info = np.finfo(np.dtype(dtype))
         return cls(
             formulation=formulation,
-            solver=runner.solver,
+            solver=SOLVERS[runner.solver]() if isinstance(runner.solver, str) else runner.solver,
             rtol=runner.rtol,
             atol=runner.atol,
             max_steps=runner.max_steps,
@@ -572,7 +573,7 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
     with no_host_checks():  # a program with a host callback is never kept on disk
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(field),
-            SOLVERS[config.solver](),
+            config.solver,
             t0=saves[0],
             t1=saves[-1] * config.extend,
             dt0=None,

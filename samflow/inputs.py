@@ -41,13 +41,6 @@ every record (``sharpness``): the solve costs ``(L d)^3``. Compiling does not gr
 ``L`` (the curvature and the eigensolve are loops and cumulative products, not unrolled
 over layers): ``trajectory --depth 128 --mu 1,2,3,4 --sharpness`` compiled in 11 s and
 0.8 GiB peak (2026-12-05, 2-core machine)."""
-ACTIVE_THRESHOLD = 1e-3
-"""``n_active`` counts the coordinates with ``|beta_j|`` above this (absolute) threshold."""
-
-COLLAPSE_FACTOR = 1e-3
-"""Collapse: ``||beta||_1`` at the horizon below this fraction of ``||beta(0)||_1``."""
-PLATEAU_FRACTION = 0.5
-"""The plateau ends when the loss falls to this fraction of its initial value."""
 SEED_ALPHA_RANGE = (0.05, 5.0)
 """A ``seed`` axis draws alpha_j log-uniform in this range."""
 DEFAULT_CHUNK = 16384
@@ -242,16 +235,21 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
     ):
         if isinstance(value, str) and value not in names:
             raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
-    if isinstance(parametrization, str):
-        rows = None if parametrization == "product" else 2
-    else:
-        rows = getattr(parametrization, "rows", None)
+    rows = fixed_rows(parametrization)
     if rows is not None and depth != rows:
         name = getattr(parametrization, "name", parametrization)
         raise InputError(
             f"parametrization {name} has {rows} rows: depth must be {rows}, got {depth}"
         )
     return parametrization, loss
+
+
+def fixed_rows(parametrization) -> int | None:
+    """The number of rows a parametrisation (a name or an object) fixes, or None for a
+    product of any depth (its ``rows``, read from the built-in names without JAX)."""
+    if isinstance(parametrization, str):
+        return None if parametrization == "product" else 2
+    return getattr(parametrization, "rows", None)
 
 
 def check_beta_star(beta_star, d: int) -> np.ndarray | None:

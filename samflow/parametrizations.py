@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from samflow.errors import InputError
@@ -156,6 +157,11 @@ class Parametrization(ABC):
         v^2``) says more precisely."""
         return (self.beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
 
+    def start(self, theta0: np.ndarray) -> np.ndarray:
+        """The start of a run initialised at scale alpha, from ``theta0`` ``[rows, d,
+        *batch]`` (NumPy) with every row alpha: by default ``theta0`` itself."""
+        return theta0
+
     def check_rows(self, rows: int) -> None:
         """Refuse (``InputError``) a ``theta`` or a depth of ``rows`` rows."""
         if rows < 1 or (self.rows is not None and rows != self.rows):
@@ -240,6 +246,12 @@ class UTimesV(Parametrization):
     def curvature(self, theta: Array) -> Array:
         one, zero = jnp.ones_like(theta[0]), jnp.zeros_like(theta[0])
         return jnp.stack([jnp.stack([zero, one]), jnp.stack([one, zero])])
+
+    def start(self, theta0: np.ndarray) -> np.ndarray:
+        """``u = alpha``, ``v = 0``: ``beta(0) = 0`` (docs/theory.md §10)."""
+        theta0 = np.array(theta0, dtype=np.float64)
+        theta0[1] = 0.0
+        return theta0
 
 
 PRODUCT = Product()

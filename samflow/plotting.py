@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import xarray as xr
 
+from samflow.classification import Classification
 from samflow.errors import InputError
-from samflow.inputs import COLLAPSE_FACTOR
 from samflow.io import save_figure, write_dataset
 from samflow.regimes import NAMES
 from samflow.schema import describe
@@ -300,7 +300,9 @@ def dominant_legend(
     return category_legend(ax, colours, names, title=r"dominant $\arg\max_j|\beta_j|$", **kwargs)
 
 
-def dominant_codes(dominant, beta_norm, collapse_factor: float = COLLAPSE_FACTOR) -> np.ndarray:
+def dominant_codes(
+    dominant, beta_norm, collapse_factor: float = Classification.collapse_factor
+) -> np.ndarray:
     """Dominant coordinate per record with 0 where beta has collapsed, NaN where no record.
 
     ``dominant`` and ``beta_norm`` ``[..., T]`` as a sweep writes them (``dominant`` is 0

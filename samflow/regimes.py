@@ -45,8 +45,8 @@ import numpy as np
 from jax import Array, lax
 
 from samflow import fate as fates
+from samflow.classification import Classification
 from samflow.discrete import Observer, StepObserver
-from samflow.inputs import COLLAPSE_FACTOR, PLATEAU_FRACTION
 from samflow.layout import UNROLL_ROWS, argmax_rows, max_rows, sum_rows
 
 FAILED, UNRESOLVED, COLLAPSE, SEQUENTIAL, DIRECT, RETURNED, MAJOR_LOST, MINOR_END, FINITE = range(
@@ -305,8 +305,7 @@ def finish(
     tau: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = COLLAPSE_FACTOR,
-    plateau_fraction: float = PLATEAU_FRACTION,
+    settings: Classification = Classification(),
     converged_rtol: float = 1e-9,
     *,
     path: LeaderPath,
@@ -332,7 +331,7 @@ def finish(
     the regime the path names (:func:`path_regime`); ``OPEN``: unresolved.
     ``collapse_by_records`` (discrete runs, whose iterates hover at a scale set by the
     step instead of reaching 0) also labels collapse where ``||beta(tau_T)||_1 <
-    collapse_factor * ||beta(0)||_1``.
+    settings.collapse_factor * ||beta(0)||_1`` (``settings``: :class:`Classification`).
 
     Returns ``regime`` (int8): failed from the records, the rest from the fate;
     ``unresolved_reason`` (int8, :data:`REASON_MEANINGS`): 0 where decided, else how the
@@ -348,7 +347,7 @@ def finish(
     ``beta / ||beta||_1`` at the horizon; ``takeover_tau`` ``[d]``: when coordinate j
     first took the lead (NaN if never, or only in the cut part of a long path);
     ``plateau_end_tau``: first recorded tau at which the loss is down to
-    ``plateau_fraction`` of its initial value (NaN if never).
+    ``settings.plateau_fraction`` of its initial value (NaN if never).
     """
     norm, loss = records["beta_norm"], records["loss"]
     tau = jnp.asarray(tau)
@@ -369,13 +368,13 @@ def finish(
 
     coords = jnp.arange(1, d + 1).reshape(d, 1, *(1,) * (norm.ndim - 1))
     takeover = first_tau(path.leaders[None] == coords, path.tau[None], axis=1)
-    plateau = first_tau(later & (loss <= plateau_fraction * loss[0]), tau)
+    plateau = first_tau(later & (loss <= settings.plateau_fraction * loss[0]), tau)
 
     normT = _norm(state.beta_last)
     fate = jnp.broadcast_to(jnp.asarray(fate, jnp.int32), normT.shape)
     collapsed = fate == fates.COLLAPSE
     if collapse_by_records:
-        collapsed |= any_later & (normT < collapse_factor * norm[0])
+        collapsed |= any_later & (normT < settings.collapse_factor * norm[0])
     by_path = (fate == fates.SETTLED) | (fate == fates.BLOWUP)
     regime = jnp.select(
         [failed, collapsed, fate == fates.FINITE, by_path],
@@ -427,8 +426,7 @@ def summarize(
     loss: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = COLLAPSE_FACTOR,
-    plateau_fraction: float = PLATEAU_FRACTION,
+    settings: Classification = Classification(),
     *,
     major: Array | int,
     path: LeaderPath | None = None,
@@ -469,8 +467,7 @@ def summarize(
         tau,
         valid,
         failed,
-        collapse_factor,
-        plateau_fraction,
+        settings,
         path=path,
         major=major,
         fate=fate,
@@ -496,7 +493,7 @@ def record_path(dominant: Array, tau: Array, major: Array | int) -> LeaderPath:
     return path
 
 
-class Classification(NamedTuple):
+class Classified(NamedTuple):
     """Per-trajectory classification (each field with the trajectory's batch axes).
 
     Fields:
@@ -520,14 +517,14 @@ def classify(
     beta: Array,
     valid: Array | bool = True,
     failed: Array | bool = False,
-    collapse_factor: float = COLLAPSE_FACTOR,
+    settings: Classification = Classification(),
     *,
     major: Array | int,
     path: LeaderPath | None = None,
     lead_start: Array | None = None,
     fate: Array | int = fates.OPEN,
     collapse_by_records: bool = False,
-) -> Classification:
+) -> Classified:
     """Classify ``beta`` ``[T, d, *batch]``: :func:`summarize` without time or loss.
 
     ``fate`` (:mod:`samflow.fate`) is what decided the run; records alone decide
@@ -541,14 +538,14 @@ def classify(
         zeros,
         valid,
         failed,
-        collapse_factor,
+        settings,
         major=major,
         path=path,
         lead_start=lead_start,
         fate=fate,
         collapse_by_records=collapse_by_records,
     )
-    return Classification(
+    return Classified(
         s["regime"],
         s["limit_coord"],
         s["first_amplified"],

@@ -1,9 +1,10 @@
 """Runners: how a trajectory is advanced in time, passed as objects (as in diffrax).
 
-:class:`Discrete` takes steps of the update rule and records at a schedule;
-:class:`Flow` solves the rescaled continuous-time flow with diffrax and saves at
-log-spaced times. Every default of the engine lives here, once: the command line, the
-Python API, the sweeps, the figures and the benchmarks all read these fields.
+:class:`Discrete` takes steps of the update rule and :class:`Flow` solves the
+rescaled continuous-time flow with diffrax; each saves at a schedule, an object
+(:class:`Every`, :class:`LogSpaced`, :class:`At`). Every default of the engine lives
+here, once: the command line, the Python API, the sweeps, the figures and the
+benchmarks all read these fields.
 
 A runner validates itself when it is made (``InputError`` naming the bad value), is
 frozen and hashable (part of the key of a compiled program), and knows its record
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from samflow.errors import InputError
 from samflow.inputs import integer, positive, real, real_array
+
+if TYPE_CHECKING:  # a solver object is diffrax's; a name needs no JAX
+    from diffrax import AbstractSolver
 
 MAX_STEPS = 2**62
 """Step counters are int64; a bound well inside it keeps every sum of them exact."""
@@ -39,16 +43,90 @@ def _strictly_increasing(name: str, values, first=0) -> tuple:
 
 
 @dataclass(frozen=True)
+class Every:
+    """Save a discrete run every ``k`` steps, and at its last step (as diffrax's
+    ``SaveAt``, a save schedule is an object: :class:`Every`, :class:`LogSpaced`,
+    :class:`At`).
+
+    Attributes:
+        k: steps between saves (>= 1); None: ``steps // 100``, at least 1.
+
+    Raises:
+        InputError: ``k`` not an integer >= 1.
+    """
+
+    k: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.k is not None:
+            object.__setattr__(self, "k", integer("record-every", self.k))
+
+
+@dataclass(frozen=True)
+class LogSpaced:
+    """Save at time 0 and at ``n`` log-spaced positive times, the last at the horizon.
+
+    A discrete run rounds the times to steps and drops repeats, so it may save fewer.
+
+    Attributes:
+        n: how many positive times (>= 1; 1: the horizon alone).
+        first: the first positive time, in (0, horizon); None: step 1 of a discrete
+            run, ``tau_max * TAU_MIN_SHARE`` of a flow.
+
+    Raises:
+        InputError: ``n`` not an integer >= 1, or ``first`` not a number (the runner
+            checks it against its horizon).
+    """
+
+    n: int
+    first: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "n", integer("log-records", self.n))
+        if self.first is not None:
+            object.__setattr__(self, "first", real("tau-min", self.first))
+
+
+@dataclass(frozen=True)
+class At:
+    """Save at exactly these times: steps of a discrete run, tau of a flow; the last is
+    the horizon (it sets the runner's ``steps`` or ``tau_max``).
+
+    Attributes:
+        times: at least two times, from 0, strictly increasing (integers for a
+            discrete run).
+
+    Raises:
+        InputError: fewer than two times, a first time other than 0, or times that do
+            not increase.
+    """
+
+    times: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "times", _strictly_increasing("save times", self.times))
+
+
+Schedule = Every | LogSpaced | At
+
+
+def _check_schedule(save, kinds: tuple[type, ...], runner: str):
+    if not isinstance(save, kinds):
+        wanted = " or ".join(f"samflow.{k.__name__}(...)" for k in kinds)
+        raise InputError(f"{runner} save must be {wanted}, got {save!r}")
+    return save
+
+
+@dataclass(frozen=True)
 class Discrete:
     """Discrete steps ``theta <- theta - eta * grad Loss(theta + rho eps)``.
 
     Attributes:
         eta: step size (> 0).
-        steps: number of steps (>= 1).
-        record_every: record every this many steps (default ``steps // 100``, at least
-            1); the last step is always recorded.
-        log_records: instead, this many log-spaced records.
-        record_steps: instead, exactly these step indices (starting at 0, increasing).
+        steps: number of steps (>= 1); an :class:`At` schedule sets it to its last time.
+        save: when to record: :class:`Every` (default: every ``steps // 100`` steps),
+            :class:`LogSpaced` or :class:`At` (step indices). Record 0 is the initial
+            state (step 0), and the last step is always recorded.
         batch: minibatch size: each step uses ``batch`` examples drawn without
             replacement, a fresh random subset every step (docs/theory.md §12). None
             (default): every example, today's deterministic step.
@@ -58,15 +136,16 @@ class Discrete:
             (the batch, "n-SAM"); 1: "1-SAM". ``m`` must divide the batch.
         label_noise: ``delta >= 0``: label-noise SGD, each step's labels ``y_i + delta
             xi_i`` with random signs ``xi_i`` (real labels: the squared loss). 0: none.
-    Record 0 is the initial state (step 0). The random draws of ``batch`` and
-    ``label_noise`` are keyed by the run's seed (:mod:`samflow.stochastic`).
+            The random draws of ``batch`` and ``label_noise`` are keyed by the run's
+            seed (:mod:`samflow.stochastic`).
+
+    Raises:
+        InputError: a field of the wrong type or out of range, naming it.
     """
 
     eta: float = 0.01
     steps: int = 20_000
-    record_every: int | None = None
-    log_records: int | None = None
-    record_steps: tuple[int, ...] | None = None
+    save: Schedule = Every()
     batch: int | None = None
     m: int | None = None
     label_noise: float = 0.0
@@ -75,25 +154,17 @@ class Discrete:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "eta", positive("eta", self.eta))
-        given = [
-            name.replace("_", "-")
-            for name in ("record_every", "log_records", "record_steps")
-            if getattr(self, name) is not None
-        ]
-        if len(given) > 1:
-            raise InputError(f"give only one of {', '.join(given)}")
-        if self.record_steps is not None:
-            steps = _strictly_increasing("record-steps", self.record_steps)
-            if not all(float(s).is_integer() for s in steps):
-                raise InputError(f"record-steps must be integers, got {list(steps)}")
-            object.__setattr__(self, "record_steps", tuple(int(s) for s in steps))
-            object.__setattr__(self, "steps", self.record_steps[-1])
+        save = _check_schedule(self.save, (Every, LogSpaced, At), "Discrete")
+        if isinstance(save, At):
+            if not all(float(s).is_integer() for s in save.times):
+                raise InputError(f"record-steps must be integers, got {list(save.times)}")
+            object.__setattr__(self, "save", At(tuple(int(s) for s in save.times)))
+            object.__setattr__(self, "steps", self.save.times[-1])
         # Step counters are int64; a bound well inside it keeps every sum of them exact.
         object.__setattr__(self, "steps", integer("steps", self.steps, 1, MAX_STEPS - 1))
-        for name in ("record_every", "log_records"):
-            if getattr(self, name) is not None:
-                value = integer(name.replace("_", "-"), getattr(self, name))
-                object.__setattr__(self, name, value)
+        if isinstance(save, LogSpaced) and save.first is not None:
+            if not 0 < save.first < self.steps:
+                raise InputError(f"the first save must lie in (0, steps), got {save.first}")
         for name in ("batch", "m"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, integer(name, getattr(self, name)))
@@ -110,31 +181,38 @@ class Discrete:
         into groups (``m``): settings beyond today's full-batch step."""
         return self.batch is not None or self.m is not None or self.label_noise > 0
 
+    @property
+    def _every(self) -> int:
+        return self.save.k or max(1, self.steps // 100)
+
     def n_records(self) -> int:
         """How many records :meth:`times` gives at most (counted, not made)."""
-        if self.record_steps is not None:
-            return len(self.record_steps)
-        if self.log_records is not None:
-            return min(self.log_records, self.steps) + 1
-        every = self.record_every or max(1, self.steps // 100)
-        return self.steps // every + 2
+        if isinstance(self.save, At):
+            return len(self.save.times)
+        if isinstance(self.save, LogSpaced):
+            return min(self.save.n, self.steps) + 1
+        return self.steps // self._every + 2
 
     def times(self) -> np.ndarray:
         """Step indices of the records ``[T]`` int64: 0, ..., ``steps`` (increasing)."""
-        if self.record_steps is not None:
-            return np.asarray(self.record_steps, np.int64)
-        if self.log_records is not None:
-            ticks = np.unique(np.round(np.geomspace(1, self.steps, self.log_records)))
+        if isinstance(self.save, At):
+            return np.asarray(self.save.times, np.int64)
+        if isinstance(self.save, LogSpaced):
+            first = 1 if self.save.first is None else self.save.first
+            ticks = np.unique(np.round(np.geomspace(first, self.steps, self.save.n)))
         else:
-            every = self.record_every or max(1, self.steps // 100)
-            ticks = np.arange(every, self.steps + 1, every)
+            ticks = np.arange(self._every, self.steps + 1, self._every)
         ticks = np.union1d(ticks.astype(np.int64), [self.steps])
         return np.concatenate([[0], ticks]).astype(np.int64)
 
     def attrs(self) -> dict:
         """The settings as file attributes."""
         out = {"eta": self.eta, "steps": self.steps}
-        for name in ("record_every", "log_records", "batch", "m"):
+        if isinstance(self.save, Every) and self.save.k is not None:
+            out["record_every"] = self.save.k
+        if isinstance(self.save, LogSpaced):
+            out["log_records"] = self.save.n
+        for name in ("batch", "m"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         if self.label_noise > 0:
@@ -142,19 +220,14 @@ class Discrete:
         return out
 
     def __repr__(self) -> str:
-        """As the dataclass's, without the stochastic fields left unset (so that a
-        full-batch run's ``history`` reads as it did before they existed)."""
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.identity().items())
+        """As the dataclass's, without the fields left at their defaults but ``eta`` and
+        ``steps`` (a run's ``history`` line stays short)."""
+        shown = ", ".join(
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name in ("eta", "steps") or getattr(self, f.name) != f.default
+        )
         return f"Discrete({shown})"
-
-    def identity(self) -> dict:
-        """The fields that define a result (a sweep's key): every field, but the
-        stochastic ones only where set, so that a full-batch run keeps its key."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, unset in (("batch", None), ("m", None), ("label_noise", 0.0)):
-            if out[name] == unset:
-                del out[name]
-        return out
 
 
 @dataclass(frozen=True)
@@ -162,51 +235,47 @@ class Flow:
     """The rescaled flow (one point) or SAM gradient flow (n points), with diffrax.
 
     Attributes:
-        tau_max: horizon (> 0).
-        n_save: number of saved times, 0 and ``n_save - 1`` log-spaced ones ending at
-            ``tau_max`` (2: 0 and ``tau_max``).
-        tau_min: first positive save time (default ``tau_max * TAU_MIN_SHARE``).
+        tau_max: horizon (> 0); an :class:`At` schedule sets it to its last time.
+        save: when to save: :class:`LogSpaced` (default: 0 and 199 log-spaced times
+            from ``tau_max * TAU_MIN_SHARE`` to ``tau_max``) or :class:`At`.
         rtol, atol: tolerances of the PID step-size controller.
-        solver: one of :data:`SOLVERS`.
+        solver: a name of :data:`SOLVERS` (``tsit5``: :class:`samflow.flows.Tsit5`,
+            else diffrax's solver of that name), or a diffrax solver object, e.g.
+            ``diffrax.Dopri8()`` (a name keeps the runner free of JAX until it runs).
         max_steps: cap on solver steps; reaching it is reported as a failure.
         formulation: ``auto`` (log space for a balanced positive start on one point,
             where the rule has a closed form; else linear), or ``log``, ``linf``,
             ``linear`` forced (docs/theory.md §3).
-        save_tau: instead of the log grid, exactly these times (starting at 0).
         tau_cap: run to the fate (docs/theory.md, "Labels of the limit"): a run whose
             fate is not decided at ``tau_max`` goes on, unrecorded, until it is (an
             event or a certificate) or until ``tau_cap`` (> ``tau_max``); its leader
             path, stop and label are those of the longer run, its records end at
             ``tau_max``. None (the default): the run ends at ``tau_max``, and one not
             decided there is unresolved.
+
+    Raises:
+        InputError: a field of the wrong type or out of range, naming it.
     """
 
     tau_max: float = 50.0
-    n_save: int = 200
-    tau_min: float | None = None
+    save: LogSpaced | At = LogSpaced(199)
     rtol: float = 1e-8
     atol: float = 1e-10
-    solver: str = "tsit5"
+    solver: str | AbstractSolver = "tsit5"
     max_steps: int = 100_000
     formulation: str = "auto"
-    save_tau: tuple[float, ...] | None = None
     tau_cap: float | None = None
 
     mode: ClassVar[str] = "flow"
 
     def __post_init__(self) -> None:
-        if self.save_tau is not None:
-            taus = _strictly_increasing("save-tau", self.save_tau, first=0.0)
-            object.__setattr__(self, "save_tau", tuple(float(t) for t in taus))
-            object.__setattr__(self, "tau_max", taus[-1])
-            object.__setattr__(self, "n_save", len(taus))
+        save = _check_schedule(self.save, (LogSpaced, At), "Flow")
+        if isinstance(save, At):
+            object.__setattr__(self, "tau_max", save.times[-1])
         object.__setattr__(self, "tau_max", positive("tau-max", self.tau_max))
-        object.__setattr__(self, "n_save", integer("n-save", self.n_save, 2))
-        if self.tau_min is not None:
-            tau_min = real("tau-min", self.tau_min)
-            if not (0 < tau_min < self.tau_max):
-                raise InputError(f"tau-min must lie in (0, tau-max), got {tau_min}")
-            object.__setattr__(self, "tau_min", tau_min)
+        if isinstance(save, LogSpaced) and save.first is not None:
+            if not 0 < save.first < self.tau_max:
+                raise InputError(f"tau-min must lie in (0, tau-max), got {save.first}")
         if self.tau_cap is not None:
             tau_cap = positive("tau-cap", self.tau_cap)
             if not tau_cap > self.tau_max:
@@ -215,38 +284,52 @@ class Flow:
         object.__setattr__(self, "rtol", positive("rtol", self.rtol))
         object.__setattr__(self, "atol", positive("atol", self.atol))
         object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
-        if self.solver not in SOLVERS:
+        if isinstance(self.solver, str) and self.solver not in SOLVERS:
             raise InputError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
+        if not isinstance(self.solver, str) and not callable(getattr(self.solver, "step", None)):
+            raise InputError(
+                f"solver must be a name of {', '.join(SOLVERS)} or a diffrax solver, "
+                f"got {self.solver!r}"
+            )
         if self.formulation not in FORMULATIONS:
             raise InputError(
                 f"unknown formulation {self.formulation!r}; choose from {', '.join(FORMULATIONS)}"
             )
 
+    @property
+    def solver_name(self) -> str:
+        """The solver's name in files: its name, or its class's in lower case."""
+        return self.solver if isinstance(self.solver, str) else type(self.solver).__name__.lower()
+
     def n_records(self) -> int:
         """How many records :meth:`times` gives."""
-        return self.n_save
+        if isinstance(self.save, At):
+            return len(self.save.times)
+        return self.save.n + 1
 
     @property
     def first_save(self) -> float:
-        """The first positive save time: ``tau_min``, or ``tau_max * TAU_MIN_SHARE``."""
-        return self.tau_max * TAU_MIN_SHARE if self.tau_min is None else self.tau_min
+        """The first positive save time of a log grid: its ``first``, or ``tau_max *
+        TAU_MIN_SHARE``."""
+        first = getattr(self.save, "first", None)
+        return self.tau_max * TAU_MIN_SHARE if first is None else first
 
     def times(self) -> np.ndarray:
-        """Saved times ``[T]`` float64: 0, then log-spaced from ``tau_min`` to ``tau_max``
-        (the horizon is always the last)."""
-        if self.save_tau is not None:
-            return np.asarray(self.save_tau, np.float64)
-        if self.n_save == 2:  # no log grid between: 0 and the horizon
+        """Saved times ``[T]`` float64: 0, then log-spaced from the first save time to
+        ``tau_max``, or the :class:`At` times (the horizon is always the last)."""
+        if isinstance(self.save, At):
+            return np.asarray(self.save.times, np.float64)
+        if self.save.n == 1:  # no log grid between: 0 and the horizon
             return np.array([0.0, self.tau_max])
-        return np.concatenate([[0.0], np.geomspace(self.first_save, self.tau_max, self.n_save - 1)])
+        return np.concatenate([[0.0], np.geomspace(self.first_save, self.tau_max, self.save.n)])
 
     def attrs(self) -> dict:
         """The settings as file attributes (the full solver configuration)."""
         out = {
             "tau_max": self.tau_max,
-            "n_save": self.n_save,
+            "n_save": self.n_records(),
             "tau_min": self.first_save,
-            "solver": self.solver,
+            "solver": self.solver_name,
             "rtol": self.rtol,
             "atol": self.atol,
             "max_steps": self.max_steps,
@@ -281,6 +364,15 @@ def check_counters(runner: Runner, dtype: str) -> None:
         )
 
 
-def default(runner: type, name: str):
-    """The default of field ``name`` of ``runner`` (for command-line options)."""
-    return next(f.default for f in fields(runner) if f.name == name)
+def default(owner: type, name: str):
+    """The default of field ``name`` of the settings class ``owner`` (a runner,
+    :class:`samflow.Classification`, ...), for command-line options.
+
+    Args:
+        owner: a dataclass.
+        name: one of its fields.
+
+    Returns:
+        The field's default.
+    """
+    return next(f.default for f in fields(owner) if f.name == name)

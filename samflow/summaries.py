@@ -5,22 +5,18 @@ What a researcher on implicit bias reads off a diagonal network besides its loss
 ``n_active`` (coordinates with ``|beta_j| > active_threshold``), ``test_error``
 ``||beta - beta*||_2^2`` against a ground truth, and the ``sharpness`` (the largest
 eigenvalue of the Hessian of the training loss in the network's parameters) with the
-Hessian's trace (:meth:`samflow.model.Model.sharpness`). The discrete runner takes them
-inside its record loop (:func:`samflow.discrete.simulate`'s ``summaries``), a flow from
-its saved parameters; every value is ``[*batch]`` per record (batch-last layout).
+Hessian's trace (:meth:`samflow.model.Model.sharpness`).
+
+:class:`Summaries` says which a run takes; it is made, and checked, before JAX loads.
+The program takes them at every record (:func:`samflow.engine.record_summaries`): the
+discrete runner inside its record loop, a flow from its saved parameters.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-import jax.numpy as jnp
-from jax import Array
-
-from samflow.inputs import ACTIVE_THRESHOLD
-from samflow.layout import sum_rows
-from samflow.model import Model, Problem
+from samflow.inputs import check_flag, positive
 
 NAMES = ("l1_norm", "l2_norm", "n_active", "test_error", "sharpness", "hessian_trace")
 """Every summary this module can give (declared in :data:`samflow.schema.POINT`)."""
@@ -30,46 +26,40 @@ NAMES = ("l1_norm", "l2_norm", "n_active", "test_error", "sharpness", "hessian_t
 class Summaries:
     """Which summaries a run takes (hashable: part of a program's key).
 
+    ``l1_norm``, ``l2_norm`` and ``n_active`` are always taken; the fields add the rest.
+    Pass ``summaries=Summaries(sharpness=True)`` to :func:`samflow.trajectory` or
+    :func:`samflow.sweep`.
+
     Attributes:
-        test_error: ``||beta - beta*||_2^2`` (needs ``beta*``, an input of the program).
+        test_error: ``||beta - beta*||_2^2``. It needs the ground truth ``beta*``, an
+            input of the run (``beta_star=``), and is taken whenever that is given.
         sharpness: the top Hessian eigenvalue and the trace.
-        active_threshold: ``n_active`` counts ``|beta_j|`` above it.
+        active_threshold: ``n_active`` counts ``|beta_j|`` above it (> 0).
+
+    Raises:
+        InputError: a flag that is not a bool, or a threshold that is not a number > 0.
     """
 
     test_error: bool = False
     sharpness: bool = False
-    active_threshold: float = ACTIVE_THRESHOLD
+    active_threshold: float = 1e-3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "test_error", check_flag("test_error", self.test_error))
+        object.__setattr__(self, "sharpness", check_flag("sharpness", self.sharpness))
+        object.__setattr__(
+            self, "active_threshold", positive("active-threshold", self.active_threshold)
+        )
 
     def names(self) -> tuple[str, ...]:
-        """The variables these summaries give."""
+        """The variables these summaries give.
+
+        Returns:
+            Names of :data:`NAMES`, in that order.
+        """
         out = ["l1_norm", "l2_norm", "n_active"]
         if self.test_error:
             out.append("test_error")
         if self.sharpness:
             out += ["sharpness", "hessian_trace"]
         return tuple(out)
-
-
-def record_summaries(
-    what: Summaries, model: Model, problem: Problem, beta_star: Array | None
-) -> Callable[[Array, Array | None], dict[str, Array]]:
-    """``(theta [L_max, d, *batch], mask) -> {name: [*batch]}`` for ``what``.
-
-    ``beta_star`` ``[d, *batch]`` (or broadcasting) when ``what.test_error``.
-    """
-
-    def take(theta: Array, mask: Array | None) -> dict[str, Array]:
-        b = model.beta(theta)
-        out = {
-            "l1_norm": sum_rows(jnp.abs(b)),
-            "l2_norm": jnp.sqrt(sum_rows(b * b)),
-            "n_active": sum_rows((jnp.abs(b) > what.active_threshold).astype(jnp.int32)),
-        }
-        if what.test_error:
-            e = b - beta_star
-            out["test_error"] = sum_rows(e * e)
-        if what.sharpness:
-            out["sharpness"], out["hessian_trace"] = model.sharpness(theta, problem, mask)
-        return out
-
-    return take

@@ -127,7 +127,9 @@ def validity_map(
         mu=list(mu),
         rho=rho,
         axes={"alpha": alpha},
-        runner=samflow.Flow(tau_max=tau_max, n_save=2, tau_cap=TAU_CAP_FACTOR * tau_max),
+        runner=samflow.Flow(
+            tau_max=tau_max, save=samflow.LogSpaced(1), tau_cap=TAU_CAP_FACTOR * tau_max
+        ),
         pad_layers=pad_layers,
     )
     if tau_cover is None:
@@ -141,10 +143,9 @@ def validity_map(
         mu=list(mu),
         rho=rho,
         axes={"eta": eta, "alpha": alpha},
-        runner=samflow.Discrete(eta=float(eta[0]), steps=steps, record_every=1),
+        runner=samflow.Discrete(eta=float(eta[0]), steps=steps, save=samflow.Every(1)),
         save_trajectories=True,
-        sharpness=sharpness,
-        summaries=True,
+        summaries=samflow.Summaries(sharpness=sharpness),
         pad_layers=pad_layers,
     )
     out = compare(flow, disc, handoff_rtol)

@@ -20,18 +20,18 @@ from samflow.init import is_balanced
 from samflow.model import Problem
 from samflow.precision import precision
 from samflow.rules import check_rho, get_rule
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Every, Flow, LogSpaced
 
 _simulate = jax.jit(simulate, static_argnames=("rule", "save_theta"))
 _integrate = jax.jit(integrate, static_argnames=("rule", "config"))
 
 
 def record_schedule(steps: int, every: int | None = None, n_log: int | None = None):
-    return Discrete(steps=steps, record_every=every, log_records=n_log).times()
+    return Discrete(steps=steps, save=Every(every) if n_log is None else LogSpaced(n_log)).times()
 
 
 def save_times(tau_max: float, n_save: int, tau_min: float | None = None):
-    return Flow(tau_max=tau_max, n_save=n_save, tau_min=tau_min).times()
+    return Flow(tau_max=tau_max, save=LogSpaced(n_save - 1, first=tau_min)).times()
 
 
 def _problem(problem, dt):

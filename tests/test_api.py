@@ -20,7 +20,7 @@ from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.spec import SweepSpec
 
 MU = [1.0, 2.0, 3.0, 4.0]
-FLOW = samflow.Flow(tau_max=40.0, n_save=40)
+FLOW = samflow.Flow(tau_max=40.0, save=samflow.LogSpaced(39))
 AXES = {"alpha": "0.05:4:7:log", "rho": [0.5, 1.0, 2.0]}
 
 
@@ -67,7 +67,7 @@ def test_handoffs_of_the_sequential_cell(flow_map):
 
 
 def test_discrete_sweep_matches_single_runs():
-    runner = samflow.Discrete(eta=0.05, steps=400, record_every=40)
+    runner = samflow.Discrete(eta=0.05, steps=400, save=samflow.Every(40))
     ds = samflow.sweep(
         "sam-linf",
         depth=2,
@@ -97,7 +97,7 @@ def test_summaries_made_in_the_loop_equal_those_of_the_saved_records():
         depth=2,
         mu=MU,
         axes={"alpha": "0.05:3:8:log", "rho": [0.5, 1.0]},
-        runner=samflow.Discrete(eta=0.05, steps=3000, record_every=60),
+        runner=samflow.Discrete(eta=0.05, steps=3000, save=samflow.Every(60)),
         save_trajectories=True,
         chunk=5,
     )
@@ -131,11 +131,11 @@ def test_the_phase_file_is_the_sweep_dataset(tmp_path, mode):
     if mode == "flow":
         args, runner = (
             ["--mode", "flow", "--tau-max", "30", "--n-save", "30"],
-            samflow.Flow(tau_max=30, n_save=30),
+            samflow.Flow(tau_max=30, save=samflow.LogSpaced(29)),
         )
     else:
         args = ["--mode", "discrete", "--eta", "0.05", "--steps", "300", "--record-every", "30"]
-        runner = samflow.Discrete(eta=0.05, steps=300, record_every=30)
+        runner = samflow.Discrete(eta=0.05, steps=300, save=samflow.Every(30))
     out = tmp_path / "p.nc"
     grid = ["--axis", "alpha=0.1:2:4:log", "--axis", "rho=0.5,1", "--save-trajectories", "-q"]
     assert main([*PHASE, *args, *grid, "--out", str(out)]) == 0
@@ -169,7 +169,10 @@ def test_the_phase_file_is_the_sweep_dataset(tmp_path, mode):
                 "--alpha-per-coord",
                 "0.1,0.2,0.3,0.4",
             ],
-            dict(alpha_per_coord=[0.1, 0.2, 0.3, 0.4], runner=samflow.Flow(tau_max=20, n_save=25)),
+            dict(
+                alpha_per_coord=[0.1, 0.2, 0.3, 0.4],
+                runner=samflow.Flow(tau_max=20, save=samflow.LogSpaced(24)),
+            ),
         ),
     ],
 )
@@ -237,7 +240,7 @@ def test_the_size_guard_refuses_oversized_trajectories():
     )
     # 300 points x (14 summaries + 2 d + 200 records x (4 timelines + d of beta)) x 8 bytes,
     # held 3 times at the peak
-    need = 300 * (14 + 2 * 4 + FLOW.n_save * (4 + 4)) * 8 * 3
+    need = 300 * (14 + 2 * 4 + FLOW.n_records() * (4 + 4)) * 8 * 3
     assert spec.bytes_needed() == need
     spec.check_size(limit_bytes=need)
     with pytest.raises(samflow.InputError, match=r"10 x 30 points .* would need"):
@@ -253,7 +256,8 @@ HALF = samflow.PerturbationRule("half-l2", _half_l2, scale_invariant=True)
 
 
 @pytest.mark.parametrize(
-    "runner", [samflow.Flow(tau_max=30, n_save=30), samflow.Discrete(eta=0.05, steps=400)]
+    "runner",
+    [samflow.Flow(tau_max=30, save=samflow.LogSpaced(29)), samflow.Discrete(eta=0.05, steps=400)],
 )
 def test_a_user_rule_runs_everywhere(runner):
     """half-l2 at rho equals sam-l2 at rho / 2, in a trajectory and in a sweep."""

@@ -337,7 +337,7 @@ def _python_cases():
 
     import samflow
 
-    flow = samflow.Flow(tau_max=1.0, n_save=3)
+    flow = samflow.Flow(tau_max=1.0, save=samflow.LogSpaced(2))
     one = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=flow)
     grid = dict(depth=2, mu=[1.0, 2.0], rho=1.0, runner=flow, axes={"alpha": [0.5, 1.0]})
     t, s, b = samflow.trajectory, samflow.sweep, samflow.boundary
@@ -361,11 +361,14 @@ def _python_cases():
             lambda: t("sam-l2", **{**one, "mu": None, "data": (np.ones((3, 0)), np.ones(3))}),
             "(3, 0)",
         ),
-        "collapse None": (lambda: t("sam-l2", **one, collapse_factor=None), "None"),
+        "collapse None": (lambda: samflow.Classification(collapse_factor=None), "None"),
+        "classification a number": (lambda: t("sam-l2", **one, classification=0.1), "0.1"),
+        "summaries a string": (lambda: t("sam-l2", **one, summaries="yes"), "'yes'"),
+        "active_threshold 0": (lambda: samflow.Summaries(active_threshold=0), "active-threshold"),
         "dtype float16": (lambda: t("sam-l2", **one, dtype="float16"), "float16"),
         "rho with gd": (lambda: t("gd", **one), "rho"),
         "alpha_range short": (lambda: s("sam-l2", **grid, alpha_range=(0.1,)), "alpha-range"),
-        "plateau None": (lambda: s("sam-l2", **grid, plateau_fraction=None), "None"),
+        "plateau None": (lambda: samflow.Classification(plateau_fraction=None), "None"),
         "axis empty": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": []}}), "alpha"),
         "axis strings": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": ["a"]}}), "alpha"),
         "axis repeats": (lambda: s("sam-l2", **{**grid, "axes": {"alpha": [1, 1]}}), "[1.0, 1.0]"),
@@ -378,13 +381,15 @@ def _python_cases():
             "10000000000",
         ),
         "huge records": (
-            lambda: t("sam-l2", **{**one, "runner": samflow.Flow(n_save=10**9)}),
+            lambda: t(
+                "sam-l2", **{**one, "runner": samflow.Flow(save=samflow.LogSpaced(10**9 - 1))}
+            ),
             "1000000000 records",
         ),
         "mu_set without axis": (lambda: s("sam-l2", **grid, mu_set=np.ones((2, 2))), "mu_set"),
         "save_trajectories 'yes'": (lambda: s("sam-l2", **grid, save_trajectories="yes"), "yes"),
         "boundary alpha_range": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1, 0.5)),
+            lambda: b("sam-l2", **grid, search=samflow.BoundarySearch(alpha_range=(1, 0.5))),
             "alpha-range",
         ),
         "boundary alpha axis": (lambda: b("sam-l2", **grid), "alpha"),
@@ -429,11 +434,11 @@ def _python_cases():
         ),
         "dtype None": (lambda: t("sam-l2", **one, dtype=None), "None"),
         "boundary scan_points 1e9": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, scan_points=10**9),
+            lambda: samflow.BoundarySearch(scan_points=10**9),
             str(10**9),
         ),
         "boundary alpha_range 1e-300": (
-            lambda: b("sam-l2", **{**grid, "axes": {}}, alpha_range=(1e-300, 1e300)),
+            lambda: samflow.BoundarySearch(alpha_range=(1e-300, 1e300)),
             "1e-300",
         ),
         "fit int params": (
@@ -535,10 +540,14 @@ def test_bad_api_values(keyword, data):
     import samflow
 
     value = data.draw(BAD_API_VALUES[keyword], label=keyword)
-    kwargs = dict(depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, 3))
-    kwargs[keyword] = value
+    kwargs = dict(
+        depth=2, mu=[1.0, 2.0], alpha=0.5, rho=1.0, runner=samflow.Flow(1.0, samflow.LogSpaced(2))
+    )
     with pytest.raises(samflow.InputError) as err:
-        samflow.trajectory("sam-l2", **kwargs)
+        if keyword == "collapse_factor":  # a field of the settings object
+            samflow.Classification(collapse_factor=value)
+        else:
+            samflow.trajectory("sam-l2", **{**kwargs, keyword: value})
     message = str(err.value)
     assert "\n" not in message
     assert keyword.replace("_", "-") in message or keyword in message, message
@@ -557,7 +566,11 @@ def test_bad_api_values(keyword, data):
 def test_bad_api_axes(axis, values):
     import samflow
 
-    runner = samflow.Discrete(eta=0.1, steps=2) if axis == "eta" else samflow.Flow(1.0, 3)
+    runner = (
+        samflow.Discrete(eta=0.1, steps=2)
+        if axis == "eta"
+        else samflow.Flow(1.0, samflow.LogSpaced(2))
+    )
     rho = None if axis == "rho" else 1.0
     with pytest.raises(samflow.InputError) as err:
         samflow.sweep("sam-l2", depth=2, mu=[1.0, 2.0], rho=rho, axes={axis: values}, runner=runner)

@@ -52,7 +52,7 @@ def spec_of(rule, depth, axes, **kw) -> SweepSpec:
     return SweepSpec.from_inputs(
         rule,
         depth=depth,
-        runner=Discrete(eta=0.05, steps=200, record_every=20),
+        runner=Discrete(eta=0.05, steps=200, save=samflow.Every(20)),
         axes=axes,
         save_trajectories=True,
         **{"mu": [1.0, 2.0, 3.0, 4.0], **rho, **kw},
@@ -88,7 +88,7 @@ def test_same_numbers_several_points():
         depth=2,
         data=(X, y),
         rho=0.3,
-        runner=Discrete(eta=0.1, steps=200, record_every=20),
+        runner=Discrete(eta=0.1, steps=200, save=samflow.Every(20)),
         axes={"alpha": [0.2, 0.8]},
         save_trajectories=True,
     )

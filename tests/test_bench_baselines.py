@@ -17,7 +17,7 @@ import samflow
 from benchmarks import baselines as bl
 from benchmarks import roofline
 from benchmarks.bench import ETA, MU4
-from samflow.runners import Discrete
+from samflow.runners import Discrete, Every
 
 STEPS = 60
 RTOL = 1e-12
@@ -39,7 +39,7 @@ def grid():
             mu=MU4,
             alpha=float(alpha),
             rho=float(rho),
-            runner=Discrete(eta=ETA, steps=STEPS, record_every=STEPS),
+            runner=Discrete(eta=ETA, steps=STEPS, save=Every(STEPS)),
         )
         theta.append(ds["theta_final"].values)
         tau.append(float(ds["tau"].values[-1]))

@@ -12,12 +12,17 @@ from samflow.regimes import COLLAPSE, DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 from samflow.theory import l2sam_l2_direct_edge
 
 MU = [1.0, 2.0, 3.0, 4.0]
-FLOW = samflow.Flow(tau_max=200.0, n_save=60)
+FLOW = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59))
 
 
 def _edges():
     return samflow.boundary(
-        "sam-l2", depth=2, mu=MU, axes={"rho": [0.5, 1.0]}, runner=FLOW, rtol_alpha=1e-6
+        "sam-l2",
+        depth=2,
+        mu=MU,
+        axes={"rho": [0.5, 1.0]},
+        runner=FLOW,
+        search=samflow.BoundarySearch(rtol_alpha=1e-6),
     )
 
 
@@ -82,7 +87,14 @@ def test_a_second_call_compiles_nothing(edges):
 
 def test_missing_edges_are_nan():
     """GD at L = 2 is direct for every alpha: neither edge lies in the range."""
-    ds = samflow.boundary("gd", depth=2, mu=MU, axes={"depth": [2]}, runner=FLOW, rtol_alpha=1e-3)
+    ds = samflow.boundary(
+        "gd",
+        depth=2,
+        mu=MU,
+        axes={"depth": [2]},
+        runner=FLOW,
+        search=samflow.BoundarySearch(rtol_alpha=1e-3),
+    )
     for kind in ("collapse", "direct"):
         assert np.isnan(ds[f"alpha_{kind}"].values).all()
         assert np.isnan(ds[f"alpha_{kind}_all"].values).all()
@@ -94,9 +106,15 @@ def test_missing_edges_are_nan():
 def test_a_failed_run_is_said():
     """A solver capped at 20 steps fails at alpha = 0.1 (checked below): an edge could
     hide where a run failed, so no edge is reported as the edge, and the reason says so."""
-    runner = samflow.Flow(tau_max=200.0, n_save=20, max_steps=20)
+    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(19), max_steps=20)
     ds = samflow.boundary(
-        "sam-l2", depth=2, mu=MU, rho=1.0, axes={}, runner=runner, alpha_range=(0.1, 10.0)
+        "sam-l2",
+        depth=2,
+        mu=MU,
+        rho=1.0,
+        axes={},
+        runner=runner,
+        search=samflow.BoundarySearch(alpha_range=(0.1, 10.0)),
     )
     check = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": [0.1]}, runner=runner)
     assert int(check["solver_failed"][0]) == 1  # the premise: the smallest alpha fails
@@ -111,10 +129,14 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     which runs flows to their fate, finds one direct edge only, with returned and
     sequential runs below it. The edge is checked against the labels of independent runs
     just below and just above it, each run to its fate."""
-    runner = samflow.Flow(tau_max=200.0, n_save=60)
+    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59))
     problem = dict(depth=3, mu=MU, rho=0.1, runner=runner)
     ds = samflow.boundary(
-        "sam-l2", **problem, axes={}, alpha_range=(1e-3, 1.0), rtol_alpha=1e-4, progress=True
+        "sam-l2",
+        **problem,
+        axes={},
+        search=samflow.BoundarySearch(alpha_range=(1e-3, 1.0), rtol_alpha=1e-4),
+        progress=True,
     )
     shown = capsys.readouterr().err  # the progress bar, on stderr
     assert "scan" in shown and "bisect" in shown
@@ -126,7 +148,7 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
     # the final bracket whatever the rounding
     alphas = np.array([1e-3, 2e-3, 1e-2, edge * (1 - 1e-3), edge * (1 + 1e-3)])
-    capped = samflow.Flow(tau_max=200.0, n_save=60, tau_cap=2e4)
+    capped = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59), tau_cap=2e4)
     regime = samflow.sweep("sam-l2", **{**problem, "runner": capped}, axes={"alpha": alphas})[
         "regime"
     ].values
@@ -140,9 +162,15 @@ def test_an_undecided_run_is_said():
     """A cap too short to decide the runs near the collapse edge of L = 4 (they shrink
     slowly for thousands of tau): no edge is reported across them, and the reason says
     why."""
-    runner = samflow.Flow(tau_max=20.0, n_save=20, tau_cap=40.0)
+    runner = samflow.Flow(tau_max=20.0, save=samflow.LogSpaced(19), tau_cap=40.0)
     ds = samflow.boundary(
-        "sam-l2", depth=4, mu=MU, rho=0.1, axes={}, runner=runner, alpha_range=(0.01, 0.05)
+        "sam-l2",
+        depth=4,
+        mu=MU,
+        rho=0.1,
+        axes={},
+        runner=runner,
+        search=samflow.BoundarySearch(alpha_range=(0.01, 0.05)),
     )
     assert int(ds["why_nan_collapse"]) == UNDECIDED and np.isnan(float(ds["alpha_collapse"]))
 
@@ -152,9 +180,7 @@ def test_an_undecided_run_is_said():
     [
         ({"axes": {"alpha": [1.0]}}, "alpha"),
         ({"axes": {"seed": [1]}}, "seed"),
-        ({"axes": {}, "alpha_range": (2.0, 1.0)}, "alpha-range"),
-        ({"axes": {}, "rtol_alpha": 0.0}, "rtol-alpha"),
-        ({"axes": {}, "scan_points": 1}, "scan-points"),
+        ({"axes": {}, "search": (1e-3, 1e3)}, "search"),
         ({"axes": {}, "progress": "yes"}, "progress"),
         ({"axes": {}, "rho": -1.0}, "rho"),
     ],
@@ -163,6 +189,20 @@ def test_bad_input(kwargs, named):
     args = {"depth": 2, "mu": MU, "rho": 1.0, "runner": FLOW, **kwargs}
     with pytest.raises(samflow.InputError, match=named):
         samflow.boundary("sam-l2", **args)
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        ({"alpha_range": (2.0, 1.0)}, "alpha-range"),
+        ({"rtol_alpha": 0.0}, "rtol-alpha"),
+        ({"scan_points": 1}, "scan-points"),
+        ({"cap_factor": 1.0}, "cap-factor"),
+    ],
+)
+def test_bad_search(fields, named):
+    with pytest.raises(samflow.InputError, match=named):
+        samflow.BoundarySearch(**fields)
 
 
 def test_cli_writes_the_edges(edges, tmp_path, capsys):
@@ -191,9 +231,8 @@ def test_a_mu_axis_gives_each_direction_its_own_edge():
         mu_set=mus,
         axes={"mu": [0, 1, 2]},
         rho=1.0,
-        runner=samflow.Flow(tau_max=100.0, n_save=41),
-        alpha_range=(1e-2, 1e2),
-        rtol_alpha=1e-4,
+        runner=samflow.Flow(tau_max=100.0, save=samflow.LogSpaced(40)),
+        search=samflow.BoundarySearch(alpha_range=(1e-2, 1e2), rtol_alpha=1e-4),
     )
     found = ds["alpha_direct"].values
     exact = [l2sam_l2_direct_edge(m, 1.0) for m in mus]

@@ -18,7 +18,7 @@ from samflow.engine import Points, Setup, bucket, place, program, run_points
 from samflow.flows import FlowConfig
 from samflow.precision import precision
 from samflow.rules import SAM_L2
-from samflow.runners import Flow
+from samflow.runners import Flow, LogSpaced
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +84,7 @@ def test_sizes_in_one_bucket_compile_once():
 def test_flow_program_has_no_host_callback():
     """JAX writes no program with a host callback to disk: diffrax's checks must be
     traced without one (samflow.compile_cache.no_host_checks)."""
-    runner = Flow(tau_max=2.0, n_save=5)
+    runner = Flow(tau_max=2.0, save=LogSpaced(4))
     flow = FlowConfig.of(runner, "linear", "float64")
     setup = Setup(rule=SAM_L2, mode="flow", flow=flow, sharded=False)
     points = _points(2, np.random.default_rng(2))

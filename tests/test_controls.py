@@ -65,7 +65,7 @@ def test_depth1_gd_and_sams_find_the_svm_direction():
     """
     w = svm_direction_dual(X, Y)
     assert w @ np.array([1.0, -1.0, 0.5]) > 0  # the teacher separates, so does the SVM
-    runner = samflow.Discrete(eta=0.5, steps=20_000, record_every=2_000)
+    runner = samflow.Discrete(eta=0.5, steps=20_000, save=samflow.Every(2_000))
     l2 = samflow.sweep(
         "sam-l2",
         depth=1,
@@ -108,7 +108,11 @@ def test_nofactor_control_flow_matches_scipy():
     )
     for formulation in ("log", "linear"):
         runner = samflow.Flow(
-            tau_max=taus[-1], save_tau=tuple(taus), rtol=1e-10, atol=1e-12, formulation=formulation
+            tau_max=taus[-1],
+            save=samflow.At(tuple(taus)),
+            rtol=1e-10,
+            atol=1e-12,
+            formulation=formulation,
         )
         ds = samflow.trajectory(USAM_NOFACTOR, depth=2, mu=mu, alpha=alpha, rho=rho, runner=runner)
         assert ds.attrs["flow_formulation"] == formulation
@@ -129,6 +133,6 @@ def test_nofactor_control_discrete_steps_drop_the_loss_factor():
         tilde = w - rho * m
         z = np.sum(mu * tilde[0] * tilde[1])
         w = w + eta * expit(-z) * mu * tilde[::-1]  # -eta l'(z~) m(w~), l' = -sigmoid(-z)
-    runner = samflow.Discrete(eta=eta, steps=steps, record_every=steps)
+    runner = samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(steps))
     ds = samflow.trajectory(USAM_NOFACTOR, depth=2, mu=mu, alpha=alpha, rho=rho, runner=runner)
     np.testing.assert_allclose(ds["theta_final"].values, w, rtol=1e-10)

@@ -95,7 +95,7 @@ def test_discrete_trajectory_matches_numpy_steps(method):
     rho, eta, steps = 0.05, 0.05, 8
     ds = samflow.trajectory(
         method, alpha=0.5, rho=rho if method != "gd" else None,
-        runner=samflow.Discrete(eta=eta, steps=steps, record_every=1), save_theta=True, **KW,
+        runner=samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(1)), save_theta=True, **KW,
     )  # fmt: skip
     want = np_run(THETA0, method, rho, eta, steps)
     assert ds["step"].values.tolist() == list(range(steps + 1))
@@ -123,7 +123,7 @@ def test_flow_matches_scipy():
                     rtol=1e-11, atol=1e-13)  # fmt: skip
     ds = samflow.trajectory(
         "sam-l2", alpha=0.5, rho=rho, save_theta=True,
-        runner=samflow.Flow(tau_max=6.0, save_tau=tuple(times), rtol=1e-10, atol=1e-12), **KW,
+        runner=samflow.Flow(save=samflow.At(tuple(times)), rtol=1e-10, atol=1e-12), **KW,
     )  # fmt: skip
     assert ds.attrs["flow_formulation"] == "linear" and int(ds.attrs["solver_failed"]) == 0
     assert norm_rel(ds["theta"].values, sol.y.T.reshape(-1, 2, 3)) < 1e-7
@@ -136,7 +136,7 @@ def test_sweep_and_fit_match_numpy_gd():
     alphas, eta, steps = [0.2, 0.5, 1.0], 0.05, 40
     ds = samflow.sweep(
         "gd", axes={"alpha": alphas}, runner=samflow.Discrete(eta=eta, steps=steps,
-        record_every=10), **KW,
+        save=samflow.Every(10)), **KW,
     )  # fmt: skip
     assert ds.attrs["parametrization"] == "signed-power"
     for k, a in enumerate(alphas):
@@ -145,7 +145,7 @@ def test_sweep_and_fit_match_numpy_gd():
         assert norm_rel(got, np.array([np_loss(t) for t in want])) < 1e-12
     fit = samflow.fit(
         MODEL.loss_fn(X, Y), THETA0, "sam-l2", rho=0.05,
-        runner=samflow.Discrete(eta=eta, steps=steps, record_every=10), save_params=True,
+        runner=samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(10)), save_params=True,
         dtype="float64",
     )  # fmt: skip
     want = np_run(THETA0, "sam-l2", 0.05, eta, steps)[::10]
@@ -203,7 +203,7 @@ def test_a_margin_loss_of_ones_own_runs_as_the_built_in_one():
     kw = dict(depth=2, mu=[1.0, 2.0], alpha=0.3, rho=0.1)
     for runner, tol in (
         (samflow.Discrete(eta=0.05, steps=300), 1e-10),
-        (samflow.Flow(8.0, 20, rtol=1e-10, atol=1e-12), 1e-7),
+        (samflow.Flow(8.0, samflow.LogSpaced(19), rtol=1e-10, atol=1e-12), 1e-7),
     ):
         mine = samflow.trajectory("sam-l2", loss=MyLogistic(), runner=runner, **kw)
         built_in = samflow.trajectory("sam-l2", runner=runner, **kw)

@@ -54,7 +54,7 @@ def test_iterates_match_numpy_reference(method, n_points):
     rng = np.random.default_rng(1)
     problem = single_point([1.0, 2.0, 3.0, 4.0]) if n_points == 1 else three_points()
     X, y = np.asarray(problem.X), np.asarray(problem.y)
-    schedule = samflow.Discrete(eta=0.05, steps=STEPS, record_every=1).times()
+    schedule = samflow.Discrete(eta=0.05, steps=STEPS, save=samflow.Every(1)).times()
     for L in (1, 2, 3):
         W0 = random_theta(rng, L)
         # pad to L_max = 3 so all depths share one compiled program
@@ -82,7 +82,7 @@ def test_public_trajectory_matches_numpy_reference(method, n_points):
         **({"mu": X[0]} if n_points == 1 else {"data": (X, y)}),
         theta0=W0,
         rho=RHO[method],
-        runner=samflow.Discrete(eta=0.05, record_steps=tuple(range(STEPS + 1))),
+        runner=samflow.Discrete(eta=0.05, save=samflow.At(tuple(range(STEPS + 1)))),
         save_theta=True,
     )
     ref_W, ref_tau = reference.run(W0, X, y, method, RHO[method] or 0.0, 0.05, STEPS)
@@ -125,7 +125,7 @@ def test_l2_sam_step_equals_optax_sam():
 def test_nan_is_reported_not_propagated_silently():
     problem = single_point([1.0, 2.0])
     theta0 = np.array([[1.0, np.nan]])  # the public API refuses it: the pure run reports it
-    schedule = samflow.Discrete(eta=0.1, steps=10, record_every=2).times()
+    schedule = samflow.Discrete(eta=0.1, steps=10, save=samflow.Every(2)).times()
     traj = run_padded(problem, theta0, 1, "gd", None, 0.1, schedule)
     assert traj.failed_step == 0
     # overflow during the run: huge step sizes on a depth-3 net
@@ -135,12 +135,12 @@ def test_nan_is_reported_not_propagated_silently():
         mu=[1.0, 2.0],
         alpha=1.0,
         rho=1.0,  # 1e200 would overflow the start's perturbed point: failed at record 0
-        runner=samflow.Discrete(eta=1e200, steps=20, record_every=2),
+        runner=samflow.Discrete(eta=1e200, steps=20, save=samflow.Every(2)),
     )
     assert ds.attrs["failed_step"] > 0
 
 
 def test_record_schedules():
-    assert samflow.Discrete(steps=10, record_every=3).times().tolist() == [0, 3, 6, 9, 10]
-    log = samflow.Discrete(steps=1000, log_records=5).times()
+    assert samflow.Discrete(steps=10, save=samflow.Every(3)).times().tolist() == [0, 3, 6, 9, 10]
+    log = samflow.Discrete(steps=1000, save=samflow.LogSpaced(5)).times()
     assert log[0] == 0 and log[-1] == 1000 and np.all(np.diff(log) > 0)

@@ -67,9 +67,9 @@ def test_no_longer_run_contradicts_a_label(method, depth, rho):
     T = 20.0
     out = {}
     for name, runner in {
-        "T": samflow.Flow(tau_max=T, n_save=20),
-        "10T": samflow.Flow(tau_max=10 * T, n_save=20),
-        "cap": samflow.Flow(tau_max=T, n_save=20, tau_cap=100 * T),
+        "T": samflow.Flow(tau_max=T, save=samflow.LogSpaced(19)),
+        "10T": samflow.Flow(tau_max=10 * T, save=samflow.LogSpaced(19)),
+        "cap": samflow.Flow(tau_max=T, save=samflow.LogSpaced(19), tau_cap=100 * T),
     }.items():
         out[name] = samflow.sweep(
             method, depth=depth, mu=MU, rho=rho, axes={"alpha": alphas}, runner=runner
@@ -103,7 +103,7 @@ def test_discrete_labels_are_not_contradicted_by_more_steps():
                 mu=MU,
                 rho=0.5,
                 axes={"alpha": alphas},
-                runner=samflow.Discrete(eta=0.02, steps=steps, record_every=steps // 20),
+                runner=samflow.Discrete(eta=0.02, steps=steps, save=samflow.Every(steps // 20)),
             )
             for steps in (2000, 16000)
         ]
@@ -128,7 +128,7 @@ def test_odd_depth_linf_below_rho_is_a_finite_limit():
             mu=MU,
             alpha_per_coord=alpha,
             rho=rho,
-            runner=samflow.Flow(tau_max=tau_max, n_save=30),
+            runner=samflow.Flow(tau_max=tau_max, save=samflow.LogSpaced(29)),
         )
         assert int(ds["regime"]) == FINITE and int(ds["limit_coord"]) == LIMIT_FINITE
         assert ds.attrs["regime_meaning"] == "finite"

@@ -6,6 +6,7 @@ import pytest
 from runs import record_schedule, run_discrete, save_times, solve_flow
 from scipy.integrate import solve_ivp
 
+import samflow
 from samflow import theory
 from samflow.fate import SETTLED
 from samflow.init import balanced_start, random_scales
@@ -256,7 +257,7 @@ def test_two_saves_are_the_start_and_the_horizon():
     a finer grid exactly."""
     import samflow
 
-    assert list(samflow.Flow(tau_max=50.0, n_save=2).times()) == [0.0, 50.0]
+    assert list(samflow.Flow(tau_max=50.0, save=samflow.LogSpaced(1)).times()) == [0.0, 50.0]
     runs = [
         samflow.trajectory(
             "sam-l2",
@@ -264,10 +265,31 @@ def test_two_saves_are_the_start_and_the_horizon():
             mu=[1, 2, 3, 4],
             alpha=0.5,
             rho=1.0,
-            runner=samflow.Flow(tau_max=50.0, n_save=n, rtol=1e-6, atol=1e-9),
+            runner=samflow.Flow(tau_max=50.0, save=samflow.LogSpaced(n - 1), rtol=1e-6, atol=1e-9),
         )
         for n in (2, 7)
     ]
     assert [float(r.tau[-1]) for r in runs] == [50.0, 50.0]
     assert runs[0].attrs["stop_tau"] == runs[1].attrs["stop_tau"] > 40
     assert int(runs[0].regime) == int(runs[1].regime)
+
+
+def test_a_solver_object_runs_as_its_name():
+    """``Flow(solver=...)`` takes a diffrax solver object as well as a name: the same
+    solve, the same file attribute, and a key of its own."""
+    import diffrax
+
+    from samflow.sweeps.spec import SweepSpec
+
+    kw = dict(depth=2, mu=[1.0, 2.0, 3.0], alpha=0.5, rho=1.0)
+    named = samflow.Flow(tau_max=5.0, solver="dopri5", save=samflow.LogSpaced(9))
+    given = samflow.Flow(tau_max=5.0, solver=diffrax.Dopri5(), save=samflow.LogSpaced(9))
+    a = samflow.trajectory("sam-l2", runner=named, **kw)
+    b = samflow.trajectory("sam-l2", runner=given, **kw)
+    assert np.array_equal(a["beta"].values, b["beta"].values)
+    assert a.attrs["solver"] == b.attrs["solver"] == "dopri5"
+    grid = dict(depth=2, mu=[1.0, 2.0, 3.0], rho=1.0, axes={"alpha": [0.1, 1.0]})
+    keys = {SweepSpec.from_inputs("sam-l2", runner=r, **grid).key() for r in (named, given)}
+    assert len(keys) == 2
+    with pytest.raises(samflow.InputError, match="a diffrax solver"):
+        samflow.Flow(solver=3)

@@ -58,7 +58,12 @@ def test_flow_handoff_times_match_an_independent_integration():
     want_leaders, want_tau = _l2sam_l2_leaders(mu, alpha, rho, 10.0)
     # Few saves on purpose: the hand-offs do not come from the records.
     ds = samflow.trajectory(
-        "sam-l2", depth=2, mu=mu, alpha=alpha, rho=rho, runner=samflow.Flow(tau_max=10, n_save=5)
+        "sam-l2",
+        depth=2,
+        mu=mu,
+        alpha=alpha,
+        rho=rho,
+        runner=samflow.Flow(tau_max=10, save=samflow.LogSpaced(4)),
     )
     leaders, taus = _path(ds)
     assert leaders == want_leaders == [2, 3, 4]
@@ -145,7 +150,7 @@ def test_flow_handoff_times_hold_their_bound_at_every_depth(L, alpha, rho, tau_m
     want_leaders, want_tau, slope = _l2sam_leaders_any_depth(mu, alpha, rho, L, tau_max)
     ds = samflow.trajectory(
         "sam-l2", depth=L, mu=mu, alpha=alpha, rho=rho,
-        runner=samflow.Flow(tau_max=tau_max, n_save=5),
+        runner=samflow.Flow(tau_max=tau_max, save=samflow.LogSpaced(4)),
     )  # fmt: skip
     leaders, taus = _path(ds)
     assert leaders == want_leaders
@@ -163,7 +168,7 @@ def test_gd_handoffs_skip_a_coordinate_as_the_closed_form_does():
         depth=2,
         mu=(1.0, 2.0, 3.0),
         alpha_per_coord=(3.0, 1.0, 0.5),
-        runner=samflow.Flow(tau_max=5, n_save=3),
+        runner=samflow.Flow(tau_max=5, save=samflow.LogSpaced(2)),
     )
     leaders, taus = _path(ds)
     assert leaders == [1, 3]
@@ -184,7 +189,7 @@ def test_discrete_handoffs_match_the_numpy_iterates():
         mu=mu,
         alpha=alpha,
         rho=rho,
-        runner=samflow.Discrete(eta=eta, steps=steps, record_steps=(0, steps)),
+        runner=samflow.Discrete(eta=eta, steps=steps, save=samflow.At((0, steps))),
     )
     n = int(ds["n_leaders"])
     assert ds["leader_path"].values[:n].tolist() == [lead[1], *lead[at]]
@@ -205,7 +210,7 @@ def test_the_issue_examples_keep_their_label_whatever_the_save_grid():
             mu=[0.3, 1, 1.5, 2.5, 4],
             alpha=0.02,
             rho=3.0,
-            runner=samflow.Flow(tau_max=200, n_save=n_save),
+            runner=samflow.Flow(tau_max=200, save=samflow.LogSpaced(n_save - 1)),
         )
         leaders, taus = _path(ds)
         got.add((int(ds["regime"]), tuple(leaders), tuple(np.round(taus, 12))))
@@ -252,10 +257,13 @@ def _relabelled(path):
 @pytest.mark.parametrize(
     "runner, finer",
     [
-        (samflow.Flow(tau_max=20, n_save=40), samflow.Flow(tau_max=20, n_save=400)),
         (
-            samflow.Discrete(eta=0.05, steps=2000, record_every=200),
-            samflow.Discrete(eta=0.05, steps=2000, record_every=20),
+            samflow.Flow(tau_max=20, save=samflow.LogSpaced(39)),
+            samflow.Flow(tau_max=20, save=samflow.LogSpaced(399)),
+        ),
+        (
+            samflow.Discrete(eta=0.05, steps=2000, save=samflow.Every(200)),
+            samflow.Discrete(eta=0.05, steps=2000, save=samflow.Every(20)),
         ),
     ],
     ids=["flow", "discrete"],

@@ -16,11 +16,11 @@ from samflow import rules, steps
 from samflow.errors import InputError
 from samflow.images import attribution, models, train
 from samflow.images.tasks import BinaryTask
-from samflow.runners import Discrete
+from samflow.runners import At, Discrete, Every, LogSpaced
 
 
 def _runner(eta: float, steps: int, record_every: int) -> Discrete:
-    return Discrete(eta=eta, steps=steps, record_every=record_every)
+    return Discrete(eta=eta, steps=steps, save=Every(record_every))
 
 
 def test_cnn_shapes_and_alpha_scaling():
@@ -225,9 +225,9 @@ def test_base_optimizers_train_as_optax_contrib_sam(base_optimizer, base):
             ("sam-l2", 0.1, _runner(0.1, 4, 3)),
             r"steps \(4\) must be a multiple of record_every \(3\)",
         ),
-        (("sam-l2", 0.1, Discrete(steps=100, log_records=5)), "evenly spaced"),
+        (("sam-l2", 0.1, Discrete(steps=100, save=LogSpaced(5))), "evenly spaced"),
         (
-            ("sam-l2", 0.1, Discrete(record_steps=(0, 2, 3))),
+            ("sam-l2", 0.1, Discrete(save=At((0, 2, 3)))),
             r"records at steps \[0, 2, 3\] are not",
         ),
         (("sam-l2", 0.1, Discrete(steps=201)), r"steps \[0, 2, 4, '...', 200, 201\] are not"),

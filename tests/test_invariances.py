@@ -26,7 +26,7 @@ def beta_sweep(method: str, alpha, rho: float, mu, taus) -> tuple[np.ndarray, np
         mu=mu,
         rho=rho,
         axes={"alpha": alpha},
-        runner=samflow.Flow(tau_max=float(taus[-1]), save_tau=tuple(taus)),
+        runner=samflow.Flow(tau_max=float(taus[-1]), save=samflow.At(tuple(taus))),
         save_trajectories=True,
     )
     return ds["beta"].values, ds["regime"].values

@@ -22,7 +22,7 @@ from samflow.engine import (
 from samflow.layout import UNROLL_ROWS, prod_rows, sum_leading, sum_rows
 from samflow.model import Problem, ascent_direction, grad_and_aux, layer_mask
 from samflow.rules import get_rule
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Every, Flow, LogSpaced
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import chunk_plan, compute
@@ -115,7 +115,7 @@ def test_shared_and_per_point_inputs_agree():
     """A chunk whose points share X and depth (sent once) equals the per-point chunk."""
     spec = SweepSpec(
         rule=get_rule("sam-l2"),
-        runner=Discrete(eta=0.05, steps=60, record_every=10),
+        runner=Discrete(eta=0.05, steps=60, save=Every(10)),
         depth=2,
         axes=(parse_axis("alpha=0.2:2:13:log"),),
         rho=0.7,
@@ -140,7 +140,7 @@ def test_a_program_without_padding_equals_one_with_it():
     """Without padding rows the discrete program drops the layer mask; nothing else changes."""
     spec = SweepSpec(
         rule=get_rule("usam"),
-        runner=Discrete(eta=0.05, steps=80, record_every=10),
+        runner=Discrete(eta=0.05, steps=80, save=Every(10)),
         depth=3,
         axes=(parse_axis("alpha=0.2:2:9:log"), parse_axis("rho=0.1,0.5")),
         mu=(1.0, 2.0, 3.0, 4.0),
@@ -180,7 +180,7 @@ def test_flow_tiles_in_cost_order_equal_single_points(monkeypatch):
     spec = SweepSpec(
         rule=get_rule("sam-l2"),
         # an rtol of its own: no other test's program (compiled with other tiles) is reused
-        runner=Flow(tau_max=30.0, n_save=12, rtol=3e-7),
+        runner=Flow(tau_max=30.0, save=LogSpaced(11), rtol=3e-7),
         depth=2,
         axes=(parse_axis("alpha=0.05:2:16:log"), parse_axis("rho=0.2,1.2")),
         mu=(1.0, 2.0, 3.0, 4.0),
@@ -221,7 +221,7 @@ def test_a_flow_program_without_padding_equals_one_with_it(depth):
     the measured room. Labels and counts are equal."""
     spec = SweepSpec(
         rule=get_rule("sam-l2"),
-        runner=Flow(tau_max=30.0 if depth == 2 else 3.0, n_save=16),
+        runner=Flow(tau_max=30.0 if depth == 2 else 3.0, save=LogSpaced(15)),
         depth=depth,
         axes=(parse_axis("alpha=0.05:2:12:log"), parse_axis("rho=0.2,1.2")),
         mu=(1.0, 2.0, 3.0, 4.0),

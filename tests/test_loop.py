@@ -17,7 +17,7 @@ from samflow._fit import fit
 from samflow.errors import InputError
 from samflow.loop import record_loop, take_steps
 from samflow.rules import RANDOM_L2, PerturbationRule
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Every, Flow, LogSpaced
 
 SCHEDULE = [0, 1, 4, 5, 9, 16]
 
@@ -85,7 +85,7 @@ def _gd_reference(x, y, w0, eta, times):
 def test_fit_in_float64_with_the_parameter_history():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(30, 3)), rng.normal(size=30)
-    runner = Discrete(eta=0.05, steps=200, log_records=8)
+    runner = Discrete(eta=0.05, steps=200, save=LogSpaced(8))
     times = runner.times().tolist()
     want = _gd_reference(x, y, np.zeros(3), 0.05, times)
 
@@ -113,7 +113,7 @@ def test_fit_in_float64_with_the_parameter_history():
 
 def _sphere_steps(key):
     """``fit`` of RANDOM_L2 on ``||p||^2 / 2``, every step recorded."""
-    runner = Discrete(eta=0.1, steps=20, record_every=1)
+    runner = Discrete(eta=0.1, steps=20, save=Every(1))
     return fit(
         lambda p: 0.5 * jnp.sum(p["a"] ** 2) + 0.5 * jnp.sum(p["b"] ** 2),
         {"a": jnp.ones(3), "b": jnp.full((2, 2), 0.5)},

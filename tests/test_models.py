@@ -132,7 +132,7 @@ def test_exponential_one_point_rescaled_time():
     rho, eta = 0.1, 0.2
     traj = samflow.trajectory(
         "sam-l2", depth=2, mu=mu, rho=rho, alpha=0.2, loss="exponential",
-        runner=samflow.Discrete(eta=eta, steps=4, record_every=1), save_theta=True,
+        runner=samflow.Discrete(eta=eta, steps=4, save=samflow.Every(1)), save_theta=True,
     )  # fmt: skip
     X, y = mu[None], np.ones(1)
     want = np_sam_l2("product", "exponential", th, X, y, rho, eta, 4)
@@ -356,7 +356,8 @@ def test_summaries_in_a_sweep_match_the_records():
     y = X @ star
     ds = samflow.sweep(
         "sam-l2", depth=2, data=(X, y), loss="squared", parametrization="u2-v2",
-        axes={"rho": [0.0, 0.05]}, alpha=0.1, beta_star=star, sharpness=True,
+        axes={"rho": [0.0, 0.05]}, alpha=0.1, beta_star=star,
+        summaries=samflow.Summaries(sharpness=True),
         save_trajectories=True, runner=samflow.Discrete(eta=0.05, steps=200),
     )  # fmt: skip
     beta = ds["beta"].values  # [rho, time, coord]
@@ -383,7 +384,7 @@ def test_summaries_in_a_sweep_match_the_records():
         (dict(data=(np.eye(2), np.array([0.5, 1.0]))), "labels must be -1 or +1"),
         (dict(data=(np.eye(2), np.array([np.nan, 1.0])), loss="squared"), "NaN or inf"),
         (dict(beta_star=np.ones(3)), "beta_star must have shape (2,)"),
-        (dict(beta_star=np.ones(2), summaries=False), "need summaries on"),
+        (dict(beta_star=np.ones(2), summaries=False), "needs summaries on"),
     ],
 )
 def test_bad_model_inputs_are_refused(kwargs, message):
@@ -406,7 +407,7 @@ def test_squared_loss_on_one_point_is_allowed():
     """mu with the squared loss: the target y = 1, plain time (no rescaling)."""
     ds = samflow.trajectory(
         "gd", depth=2, mu=[1.0, 2.0], alpha=0.5, loss="squared",
-        runner=samflow.Discrete(eta=0.1, steps=5, record_every=1),
+        runner=samflow.Discrete(eta=0.1, steps=5, save=samflow.Every(1)),
     )  # fmt: skip
     assert np.allclose(ds["tau"].values, 0.1 * np.arange(6), rtol=0, atol=1e-15)
     assert "regime" not in ds and "regime_meaning" not in ds.attrs
@@ -416,12 +417,13 @@ def test_squared_loss_on_one_point_is_allowed():
 
 def test_default_sweep_key_is_unchanged():
     """The paper's model keeps its sweep key when options are added, so stores resume; it
-    changed once on purpose, with the meaning of its labels (``LABELS``: labels of the
-    limit, docs/theory.md §6.1), so that no chunk labelled under the old meaning (key
-    7dca2231ec6b9a49, commit 850addb) is ever resumed into a new sweep."""
+    changed on purpose with the meaning of its labels (``LABELS``: labels of the limit,
+    docs/theory.md §6.1; key 7dca2231ec6b9a49 before, commit 850addb), and with the key's
+    format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
+    81fb7a2dbd049a4a before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert not spec.summaries and spec.key() == "81fb7a2dbd049a4a"
+    assert spec.summaries is None and spec.key() == "62a32c67d12c5dc1"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 
@@ -432,7 +434,7 @@ def test_fit_takes_the_models_loss():
     th = np.stack([np.full(4, 0.5), np.zeros(4)])
     res = samflow.fit(
         samflow.Model("uv", "squared").loss_fn(X, y), th, "gd",
-        runner=samflow.Discrete(eta=0.1, steps=3, record_every=1), dtype="float64",
+        runner=samflow.Discrete(eta=0.1, steps=3, save=samflow.Every(1)), dtype="float64",
         save_params=True,
     )  # fmt: skip
     want = [th]

@@ -28,7 +28,11 @@ def test_beta_overflow_with_finite_layers_fails_at_its_step():
 
 def test_overflow_during_the_run_names_the_step():
     t = samflow.trajectory(
-        "gd", depth=3, mu=[1.0, 2.0], alpha=1.0, runner=samflow.Discrete(1e150, 40, record_every=1)
+        "gd",
+        depth=3,
+        mu=[1.0, 2.0],
+        alpha=1.0,
+        runner=samflow.Discrete(1e150, 40, save=samflow.Every(1)),
     )
     assert int(t["regime"]) == FAILED and t.attrs["failed_step"] > 0
     step = t.attrs["failed_step"]
@@ -74,7 +78,7 @@ def test_an_overflow_at_the_perturbed_point_fails_that_point_only():
     """rho = 1e200 puts the perturbed beta (~1e400) beyond float64 (1e30: float32): its
     gradient underflows to zero, which would pass for a stall; the run is failed at the
     record that sees it (here record 0), and in a sweep only the points with that rho."""
-    runner = samflow.Discrete(eta=0.01, steps=20, record_every=2)
+    runner = samflow.Discrete(eta=0.01, steps=20, save=samflow.Every(2))
     for dtype, rho in (("float64", 1e200), ("float32", 1e30)):
         t = samflow.trajectory(
             "sam-l2", depth=2, mu=MU, alpha=0.5, rho=rho, runner=runner, dtype=dtype

@@ -333,7 +333,7 @@ def test_engine_m_sharpness_matches_a_numpy_reference(parametrization):
             parametrization=parametrization,
             alpha=0.3,
             rho=0.2,
-            runner=samflow.Discrete(eta=0.05, steps=300, record_every=300, m=m),
+            runner=samflow.Discrete(eta=0.05, steps=300, save=samflow.Every(300), m=m),
         )
         ref = m_sharpness_reference(X, y, parametrization, 0.3, 0.2, 0.05, 300, m or len(y))
         # a few roundings a step in both (measured 4e-16 after 500 steps on n = 20, d = 30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from samflow.classification import Classification
 from samflow.precision import precision
 from samflow.regimes import FLAG_VALUES, MAX_LEADERS, summarize
 from tests import reference
@@ -82,7 +83,7 @@ def test_batched_summaries_match_the_reference_loop(d):
             loss.T,
             valid.T,
             failed,
-            plateau_fraction=0.7,
+            Classification(plateau_fraction=0.7),
             major=major,
             fate=fate,
             collapse_by_records=True,

@@ -63,7 +63,7 @@ def test_trajectory_files(tmp_path, data_file):
         mu=MU,
         rho=0.5,
         alpha=0.5,
-        runner=samflow.Discrete(eta=0.05, steps=40, record_every=10),
+        runner=samflow.Discrete(eta=0.05, steps=40, save=samflow.Every(10)),
         save_theta=True,
     )
     _same(ds, mine)
@@ -78,7 +78,7 @@ def test_trajectory_files(tmp_path, data_file):
         depth=3,
         data=(DATA_X, DATA_Y),
         alpha=0.3,
-        runner=samflow.Flow(tau_max=2.0, n_save=6),
+        runner=samflow.Flow(tau_max=2.0, save=samflow.LogSpaced(5)),
         dtype="float32",
     )
     _same(ds, mine)
@@ -98,7 +98,7 @@ def test_sweep_files(tmp_path, data_file):
         data=(DATA_X, DATA_Y),
         rho=0.5,
         axes={"alpha_2": [0.5, 1.0], "depth": [2, 3]},
-        runner=samflow.Discrete(eta=0.05, steps=40, record_every=10),
+        runner=samflow.Discrete(eta=0.05, steps=40, save=samflow.Every(10)),
         save_trajectories=True,
         dtype="float32",
     )

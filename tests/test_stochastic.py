@@ -75,7 +75,7 @@ def engine(method, seed=None, **runner):
         data=(X, y),
         alpha=ALPHA,
         rho=None if method == "gd" else RHO,
-        runner=samflow.Discrete(eta=ETA, steps=STEPS, record_every=STEPS, **runner),
+        runner=samflow.Discrete(eta=ETA, steps=STEPS, save=samflow.Every(STEPS), **runner),
         seed=seed,
     )
 
@@ -140,7 +140,7 @@ def test_one_sam_full_batch_matches_numpy_and_differs_from_n_sam():
 
 def test_seed_axes_equal_separate_runs():
     X, y = problem()
-    runner = samflow.Discrete(eta=ETA, steps=STEPS, record_every=STEPS, batch=3, m=1)
+    runner = samflow.Discrete(eta=ETA, steps=STEPS, save=samflow.Every(STEPS), batch=3, m=1)
     common = dict(depth=DEPTH, data=(X, y), rho=RHO, runner=runner, save_trajectories=True)
     sw = samflow.sweep("sam-l2", alpha=ALPHA, axes={"noise_seed": [0, 1, 2]}, **common)
     finals = []
@@ -208,7 +208,7 @@ def test_label_noise_on_u2_v2_regression_replays_numpy():
         return np.stack([2 * W[0] * c, -2 * W[1] * c])
 
     for method, m in (("gd", None), ("sam-l2", 2)):
-        runner = samflow.Discrete(eta=eta, steps=steps, record_every=steps, batch=4, m=m,
+        runner = samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(steps), batch=4, m=m,
                                   label_noise=0.5)  # fmt: skip
         ds = samflow.trajectory(
             method, depth=2, data=(X, y), loss="squared", parametrization="u2-v2", alpha=a,

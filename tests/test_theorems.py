@@ -27,7 +27,7 @@ import samflow
 from samflow.figures._engine import on_datasets
 from samflow.regimes import LIMIT_OPEN, UNRESOLVED
 from samflow.rules import get_rule
-from samflow.runners import Discrete, Flow
+from samflow.runners import Discrete, Flow, LogSpaced
 from samflow.sweeps.axes import make_axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.theory import linf_limit_index
@@ -242,7 +242,7 @@ def test_corollary_3_5_linf_limit_on_random_alpha():
         rho=rho,
         axes={"seed": "0:199:200", "depth": [2, 3, 4]},
         alpha_range=(0.1, 2.0),
-        runner=Flow(tau_max=tau_max, n_save=80, rtol=1e-6, atol=1e-9, max_steps=20_000),
+        runner=Flow(tau_max=tau_max, save=LogSpaced(79), rtol=1e-6, atol=1e-9, max_steps=20_000),
     )
     alphas = ds["seed_alpha"].values
     for k, depth in enumerate(ds["depth"].values.tolist()):

@@ -220,16 +220,14 @@ def test_direct_edge_is_the_upper_edge_samflow_boundary_finds_at_l_2_to_6():
     from samflow.regimes import DIRECT
 
     depths, rhos = [2, 3, 4, 5, 6], [0.05, 0.2]
-    runner = samflow.Flow(tau_max=200.0, n_save=20)
+    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(19))
     ds = samflow.boundary(
         "sam-l2",
         depth=6,
         mu=[1.0, 2.0, 3.0, 4.0],
         axes={"depth": depths, "rho": rhos},
         runner=runner,
-        alpha_range=(0.03, 0.5),
-        scan_points=13,
-        rtol_alpha=1e-6,
+        search=samflow.BoundarySearch(alpha_range=(0.03, 0.5), scan_points=13, rtol_alpha=1e-6),
     )
     top = samflow.sweep(
         "sam-l2",

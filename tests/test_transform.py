@@ -18,7 +18,7 @@ import reference
 from samflow import model, rules, steps
 from samflow._fit import fit
 from samflow.errors import InputError
-from samflow.runners import Discrete
+from samflow.runners import Discrete, Every, LogSpaced
 from samflow.transform import apply_step, sam
 
 MU = np.array([1.0, 2.0, 3.0, 4.0])
@@ -174,7 +174,7 @@ def test_gd_rule_passes_grads_through_without_grad_fn():
 )
 def test_momentum_and_adam_bases_decrease_the_loss(base):
     problem = model.single_point(jnp.asarray(MU, jnp.float32))
-    runner = Discrete(eta=1.0, steps=200, record_every=50)
+    runner = Discrete(eta=1.0, steps=200, save=Every(50))
     result = fit(
         lambda t: model.loss(t, problem), _theta0(), "sam-l2", rho=0.05, runner=runner,
         optimizer=base,
@@ -214,7 +214,7 @@ def _loop_reference(loss, params, rule, rho, runner):
 def test_fit_on_a_user_pytree_is_a_loop_of_steps(method):
     with jax.enable_x64(True):
         params, loss = _least_squares()
-        runner = Discrete(eta=0.05, steps=60, log_records=6)
+        runner = Discrete(eta=0.05, steps=60, save=LogSpaced(6))
         rule = rules.get_rule(method)
         rho = 0.2 if rule.needs_rho else None
         result = fit(loss, params, method, rho=rho, runner=runner)
@@ -234,7 +234,7 @@ def test_fit_on_a_user_pytree_is_a_loop_of_steps(method):
 def test_fit_with_an_optimizer_is_a_loop_of_sam_updates():
     with jax.enable_x64(True):
         params, loss = _least_squares()
-        runner = Discrete(eta=123.0, steps=40, record_every=10)  # eta unused
+        runner = Discrete(eta=123.0, steps=40, save=Every(10))  # eta unused
         result = fit(loss, params, HALF_L2, rho=0.2, runner=runner, optimizer=optax.adam(0.05))
         tx, grad = sam(optax.adam(0.05), 0.1, "sam-l2"), jax.grad(loss)
         state, losses = tx.init(params), [loss(params)]
@@ -248,7 +248,7 @@ def test_fit_with_an_optimizer_is_a_loop_of_sam_updates():
 
 def test_fit_reports_the_first_non_finite_record():
     # GD on w^2 with eta = 100: w grows by |1 - 2 eta| = 199 a step and overflows.
-    runner = Discrete(eta=100.0, steps=40, record_every=4)
+    runner = Discrete(eta=100.0, steps=40, save=Every(4))
     with jax.enable_x64(True):
         result = fit(lambda p: jnp.sum(p**2), jnp.ones(2), "gd", runner=runner)
         # float64 max 1.8e308: 199^t finite while t log10(199) < 308.25 (t <= 134), the

@@ -71,7 +71,7 @@ def _quadratic(method, eta, rho, w0, steps):
         loss="squared",
         theta0=np.array([[w0]]),
         rho=rho,
-        runner=samflow.Discrete(eta=eta, steps=steps, record_every=1),
+        runner=samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(1)),
     )
 
 

@@ -8,14 +8,15 @@ import numpy as np
 
 from samflow._boundary import (
     ALPHA_LIMITS,
-    ALPHA_RANGE,
     MAX_SCAN_POINTS,
     MIN_RTOL_ALPHA,
     SCAN_PER_DECADE,
+    BoundarySearch,
 )
 from samflow.commands.common import (
     add_output_args,
     add_problem_args,
+    classification_from_args,
     finite_float,
     float_list,
     integer,
@@ -23,6 +24,7 @@ from samflow.commands.common import (
     runner_from_args,
 )
 from samflow.errors import InputError
+from samflow.runners import default
 
 
 def register(sub) -> None:
@@ -48,21 +50,21 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--alpha-range",
-        default=",".join(f"{v:g}" for v in ALPHA_RANGE),
+        default=",".join(f"{v:g}" for v in default(BoundarySearch, "alpha_range")),
         help="range LOW,HIGH of alpha scanned for edges, within "
         f"[{ALPHA_LIMITS[0]:g}, {ALPHA_LIMITS[1]:g}]",
     )
     p.add_argument(
         "--scan-points",
         type=integer("scan-points"),
-        default=None,
+        default=default(BoundarySearch, "scan_points"),
         help=f"log-spaced alphas scanned (default {SCAN_PER_DECADE} per decade, at least 9; "
         f"at most {MAX_SCAN_POINTS}); two edges closer than one scan step are not seen",
     )
     p.add_argument(
         "--rtol-alpha",
         type=finite_float("rtol-alpha"),
-        default=1e-6,
+        default=default(BoundarySearch, "rtol_alpha"),
         help=f"relative tolerance of each critical alpha (at least {MIN_RTOL_ALPHA:g})",
     )
     p.add_argument("--out", required=True, help="output netCDF file")
@@ -95,12 +97,12 @@ def run(args: argparse.Namespace) -> int:
         axes=axes,
         rho=args.rho,
         runner=runner_from_args(args),
-        alpha_range=tuple(lo_hi),
-        rtol_alpha=args.rtol_alpha,
-        scan_points=args.scan_points,
+        search=BoundarySearch(
+            alpha_range=tuple(lo_hi), scan_points=args.scan_points, rtol_alpha=args.rtol_alpha
+        ),
         progress=not args.quiet,
         dtype=args.dtype,
-        collapse_factor=args.collapse_factor,
+        classification=classification_from_args(args),
         history=args.command_line,
     )
     write_dataset(ds, args.out)

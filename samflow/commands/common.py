@@ -1,7 +1,8 @@
 """Argument parsing shared by the subcommands.
 
-The command line only parses: defaults come from :mod:`samflow.runners` and
-:mod:`samflow.inputs` (defined there once), values are checked by the library
+The command line only parses: each option's default is read from the object that owns
+it (the runners, :class:`samflow.Classification`, :class:`samflow.Summaries`: their
+fields' defaults, by :func:`samflow.runners.default`), values are checked by the library
 (:meth:`samflow.sweeps.spec.SweepSpec.from_inputs`, without JAX), whose ``InputError``
 the command line prints as one line with exit status 2. Nothing here imports JAX.
 """
@@ -15,8 +16,10 @@ import zipfile
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
-from samflow.runners import SOLVERS, Discrete, Flow, default
+from samflow.runners import SOLVERS, TAU_MIN_SHARE, Discrete, Every, Flow, LogSpaced, default
+from samflow.summaries import Summaries
 
 
 def parse_list(text: str, name: str) -> list[str]:
@@ -147,8 +150,16 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "record-every": (integer, None, "record every K steps (discrete; default steps/100)"),
         "log-records": (integer, None, "instead: this many log-spaced records (discrete)"),
         "tau-max": (finite_float, Flow, "flow horizon"),
-        "tau-min": (finite_float, None, "first save time (flow; default tau-max * 1e-4)"),
-        "n-save": (integer, Flow, "log-spaced save times (flow)"),
+        "tau-min": (
+            finite_float,
+            None,
+            f"first save time (flow; default tau-max * {TAU_MIN_SHARE:g})",
+        ),
+        "n-save": (
+            integer,
+            None,
+            f"saved times, 0 and log-spaced ones (flow; default {Flow().n_records()})",
+        ),
         "formulation": (str, Flow, "flow: auto, log, linf or linear (docs/theory.md §3)"),
         "solver": (str, Flow, f"flow: {', '.join(SOLVERS)}"),
         "rtol": (finite_float, Flow, "flow tolerance"),
@@ -169,10 +180,27 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--collapse-factor",
         type=finite_float("collapse-factor"),
-        default=inputs.COLLAPSE_FACTOR,
+        default=default(Classification, "collapse_factor"),
         help="discrete runs: collapse when ||beta||_1 at the horizon < factor * "
         "||beta(0)||_1 (flows collapse by their event or a certificate)",
     )
+
+
+def add_plateau_arg(p: argparse.ArgumentParser) -> None:
+    """``--plateau-fraction`` (its default :class:`samflow.Classification`'s)."""
+    p.add_argument(
+        "--plateau-fraction",
+        type=finite_float("plateau-fraction"),
+        default=default(Classification, "plateau_fraction"),
+        help="plateau ends when the loss falls to this fraction of its initial value",
+    )
+
+
+def classification_from_args(args: argparse.Namespace) -> Classification:
+    """The :class:`samflow.Classification` the options describe (``--collapse-factor``,
+    and ``--plateau-fraction`` where the command has it)."""
+    plateau = getattr(args, "plateau_fraction", default(Classification, "plateau_fraction"))
+    return Classification(collapse_factor=args.collapse_factor, plateau_fraction=plateau)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -204,13 +232,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--active-threshold",
         type=finite_float("active-threshold"),
-        default=inputs.ACTIVE_THRESHOLD,
+        default=default(Summaries, "active_threshold"),
         help="n_active counts |beta_j| above this",
     )
 
 
 def model_from_args(args: argparse.Namespace) -> dict:
-    """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`."""
+    """The model keywords of :func:`samflow.trajectory` / :func:`samflow.sweep`: the
+    model, ``beta_star`` and the :class:`samflow.Summaries` where ``--sharpness`` or
+    ``--active-threshold`` asks for them (else None: the library's default, on where
+    the model is not the paper's or ``beta_star`` is given)."""
     star = None
     if args.beta_star is not None:
         star = load_array(args.beta_star, "beta-star")
@@ -219,12 +250,14 @@ def model_from_args(args: argparse.Namespace) -> dict:
         if in_file is not None and star is not None:
             raise InputError(f"beta_star is in {args.data} and given by --beta-star: give one")
         star = in_file if star is None else star
+    summaries = Summaries(sharpness=args.sharpness, active_threshold=args.active_threshold)
+    if summaries == Summaries():
+        summaries = None
     return dict(
         loss=args.loss,
         parametrization=args.parametrization,
         beta_star=star,
-        sharpness=args.sharpness,
-        active_threshold=args.active_threshold,
+        summaries=summaries,
     )
 
 
@@ -284,10 +317,20 @@ def runner_from_args(args: argparse.Namespace) -> Discrete | Flow:
     if given:
         flag = "--" + given[0].replace("_", "-")
         raise InputError(f"{flag} is an option of --mode {'flow' if discrete else 'discrete'}")
-    kind = Discrete if discrete else Flow
     names = DISCRETE_OPTIONS if discrete else FLOW_OPTIONS
-    given = {n: getattr(args, n, None) for n in names}
-    return kind(**{n: v for n, v in given.items() if v is not None})
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if discrete:
+        every, n_log = given.pop("record_every", None), given.pop("log_records", None)
+        if every is not None and n_log is not None:
+            raise InputError("give only one of record-every, log-records")
+        if every is not None or n_log is not None:
+            given["save"] = Every(every) if n_log is None else LogSpaced(n_log)
+        return Discrete(**given)
+    n_save, tau_min = given.pop("n_save", None), given.pop("tau_min", None)
+    if n_save is not None or tau_min is not None:
+        log = default(Flow, "save").n if n_save is None else inputs.integer("n-save", n_save, 2) - 1
+        given["save"] = LogSpaced(log, first=tau_min)
+    return Flow(**given)
 
 
 def problem_from_args(args: argparse.Namespace) -> dict:

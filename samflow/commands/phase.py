@@ -10,8 +10,10 @@ import numpy as np
 from samflow.commands.common import (
     add_model_args,
     add_output_args,
+    add_plateau_arg,
     add_problem_args,
     add_stochastic_args,
+    classification_from_args,
     finite_float,
     float_list,
     integer,
@@ -21,7 +23,7 @@ from samflow.commands.common import (
     runner_from_args,
 )
 from samflow.errors import InputError
-from samflow.inputs import DEFAULT_CHUNK, PLATEAU_FRACTION, SEED_ALPHA_RANGE
+from samflow.inputs import DEFAULT_CHUNK, SEED_ALPHA_RANGE
 
 
 def register(sub) -> None:
@@ -54,12 +56,7 @@ def register(sub) -> None:
         default=",".join(f"{v:g}" for v in SEED_ALPHA_RANGE),
         help="for --axis seed: alpha_j log-uniform in LOW,HIGH",
     )
-    p.add_argument(
-        "--plateau-fraction",
-        type=finite_float("plateau-fraction"),
-        default=PLATEAU_FRACTION,
-        help="plateau ends when the loss falls to this fraction of its initial value",
-    )
+    add_plateau_arg(p)
     p.add_argument(
         "--chunk", type=integer("chunk"), default=DEFAULT_CHUNK, help="grid points per chunk"
     )
@@ -127,8 +124,7 @@ def sweep_kwargs(args: argparse.Namespace) -> dict:
         chunk=args.chunk,
         mu_set=_mu_file(args.mu_file) if "mu" in axes else None,
         alpha_range=tuple(lo_hi),
-        collapse_factor=args.collapse_factor,
-        plateau_fraction=args.plateau_fraction,
+        classification=classification_from_args(args),
         save_trajectories=args.save_trajectories,
         **model_from_args(args),
         seed=args.seed,

@@ -22,11 +22,11 @@ import numpy as np
 import xarray as xr
 
 from samflow import devices
-from samflow._boundary import CAP_FACTOR
+from samflow._boundary import BoundarySearch
 from samflow.engine import run_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
-from samflow.runners import TAU_MIN_SHARE, Discrete, Flow
+from samflow.runners import TAU_MIN_SHARE, At, Discrete, Every, Flow, LogSpaced, default
 from samflow.sweeps.axes import Axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import chunk_plan, in_memory, sweep_attrs
@@ -64,14 +64,14 @@ def figure_spec(
     """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
 
     ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
-    :data:`samflow._boundary.CAP_FACTOR` times it (``tau_cap``), so that the labels a
-    figure draws are labels of the limit (docs/theory.md §6.1); off for figures that
-    draw no labels."""
+    :attr:`samflow.BoundarySearch.cap_factor` (its default) times it (``tau_cap``), so
+    that the labels a figure draws are labels of the limit (docs/theory.md §6.1); off for
+    figures that draw no labels."""
     if mode == "discrete":
-        runner = Discrete(eta=eta, steps=steps, record_every=record_every)
+        runner = Discrete(eta=eta, steps=steps, save=Every(record_every))
     else:
-        tau_cap = CAP_FACTOR * tau_max if to_fate else None
-        runner = Flow(tau_max=tau_max, n_save=n_save, tau_cap=tau_cap, **FLOW_SETTINGS)
+        tau_cap = default(BoundarySearch, "cap_factor") * tau_max if to_fate else None
+        runner = Flow(tau_max=tau_max, save=LogSpaced(n_save - 1), tau_cap=tau_cap, **FLOW_SETTINGS)
     axes = tuple(axes)
     for axis in axes:
         if not isinstance(axis, Axis):
@@ -94,14 +94,9 @@ def at_times(spec: SweepSpec, times: np.ndarray | None) -> SweepSpec:
     if times is None:
         return spec
     if spec.mode == "discrete":
-        runner = replace(
-            spec.runner,
-            record_every=None,
-            log_records=None,
-            record_steps=tuple(int(t) for t in times),
-        )
+        runner = replace(spec.runner, save=At(tuple(int(t) for t in times)))
     else:
-        runner = replace(spec.runner, tau_min=None, save_tau=tuple(float(t) for t in times))
+        runner = replace(spec.runner, save=At(tuple(float(t) for t in times)))
     return replace(spec, runner=runner)
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow._boundary import boundary
+from samflow._boundary import BoundarySearch, boundary
 from samflow.figures._engine import FLOW_SETTINGS
 from samflow.plotting import save_figure_set
-from samflow.runners import Flow
+from samflow.runners import Flow, LogSpaced
 from samflow.theory import l2sam_l2_alpha_bounds, l2sam_l2_direct_edge
 
 RHOS = (0.5, 2.0)
@@ -59,9 +59,8 @@ def run(quick: bool) -> dict:
             mu=mus[0],
             mu_set=mus,
             axes={"mu": np.arange(len(mus)), "rho": RHOS},
-            runner=Flow(tau_max=TAU_MAX, n_save=41 if quick else 201, **FLOW_SETTINGS),
-            alpha_range=(1e-2, 1e2),
-            rtol_alpha=1e-3 if quick else 1e-6,
+            runner=Flow(tau_max=TAU_MAX, save=LogSpaced(40 if quick else 200), **FLOW_SETTINGS),
+            search=BoundarySearch(alpha_range=(1e-2, 1e2), rtol_alpha=1e-3 if quick else 1e-6),
         )
         ds = ds.assign_coords(parameter=("mu", values))
         ds["mu_values"] = (("mu", "coord"), mus, {"long_name": "mu vector of each row"})

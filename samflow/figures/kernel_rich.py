@@ -33,7 +33,8 @@ import xarray as xr
 from samflow.figures._engine import sweep
 from samflow.oracles import min_l1_interpolant, min_l2_interpolant, woodworth_interpolant
 from samflow.plotting import OKABE_ITO, save_figure_set
-from samflow.runners import Discrete, Flow
+from samflow.runners import At, Discrete, Flow
+from samflow.summaries import Summaries
 from samflow.sweeps.spec import SweepSpec
 
 N_POINTS, D, SPARSITY, SEED = 20, 30, 3, 1
@@ -86,14 +87,14 @@ def run(quick: bool) -> xr.Dataset:
         spec = SweepSpec.from_inputs(
             method,
             depth=2,
-            runner=Discrete(eta=ETA, steps=steps, record_steps=record, **options),
+            runner=Discrete(eta=ETA, steps=steps, save=At(record), **options),
             data=(X, y),
             axes=axes,
             rho=rho,
             loss="squared",
             parametrization="u2-v2",
             beta_star=beta_star,
-            sharpness=True,
+            summaries=Summaries(sharpness=True),
             save_trajectories=True,
         )
         eta = step_size(spec.points(np.arange(spec.size)).theta0[:, 0, 0], X)

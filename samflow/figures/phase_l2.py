@@ -15,10 +15,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from samflow._boundary import boundary
+from samflow._boundary import BoundarySearch, boundary
 from samflow.figures._engine import FLOW_SETTINGS, figure_spec
 from samflow.plotting import draw_regimes, mu_label, regime_legend, save_figure_set
-from samflow.runners import Flow
+from samflow.runners import Flow, LogSpaced
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.store import run
 from samflow.theory import l2sam_l2_alpha_bounds, l2sam_l2_direct_edge
@@ -40,9 +40,8 @@ def build(out_dir: Path, quick: bool) -> list[Path]:
         depth=2,
         mu=MU,
         axes={"rho": rho},
-        runner=Flow(tau_max=200.0, n_save=80, **FLOW_SETTINGS),
-        alpha_range=(0.01, 10.0),
-        rtol_alpha=1e-4,
+        runner=Flow(tau_max=200.0, save=LogSpaced(79), **FLOW_SETTINGS),
+        search=BoundarySearch(alpha_range=(0.01, 10.0), rtol_alpha=1e-4),
     )
     datasets["boundary"] = edges
     lo = np.array([l2sam_l2_alpha_bounds(MU, r)[0] for r in rho])

@@ -33,7 +33,8 @@ from samflow.engine import run_points
 from samflow.figures.kernel_rich import make_problem
 from samflow.oracles import min_l1_interpolant
 from samflow.plotting import OKABE_ITO, save_figure_set
-from samflow.runners import Discrete
+from samflow.runners import At, Discrete
+from samflow.summaries import Summaries
 from samflow.sweeps.spec import SweepSpec
 
 ALPHA, ETA = 0.1, 0.05
@@ -52,14 +53,14 @@ def _spec(method, parametrization, rhos, m, steps, X, y, beta_star) -> SweepSpec
     return SweepSpec.from_inputs(
         method,
         depth=2,
-        runner=Discrete(eta=ETA, steps=steps, record_steps=(0, steps), m=m),
+        runner=Discrete(eta=ETA, steps=steps, save=At((0, steps)), m=m),
         data=(X, y),
         axes={"rho": list(rhos)},
         alpha=ALPHA,
         loss="squared",
         parametrization=parametrization,
         beta_star=beta_star,
-        sharpness=True,
+        summaries=Summaries(sharpness=True),
     )
 
 

@@ -29,7 +29,7 @@ from samflow.images.train import (
     train_seeds,
     uniform_share,
 )
-from samflow.runners import Discrete
+from samflow.runners import Discrete, Every
 
 # Chosen on MNIST 3 vs 8 (docs/images.md): with alpha = 2 and rho = 0.25, l2-SAM sits in
 # the medium regime (a loss plateau, then learning), while rho = 0.5 at alpha = 1 and
@@ -135,7 +135,7 @@ def study(
         min_accuracy=min_accuracy,
     )
     batch = batch or None  # 0 or None: full batch
-    runner = Discrete(eta=eta, steps=steps, record_every=record_every)
+    runner = Discrete(eta=eta, steps=steps, save=Every(record_every))
     # Made (and so checked) before any data is read.
     configs = [TrainConfig(m, rho, runner, batch, base_optimizer, loop) for m in methods]
     pair = tasks.parse_classes(classes, dataset)

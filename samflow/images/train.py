@@ -49,7 +49,7 @@ from samflow.images.attribution import (
 from samflow.images.models import Classifier, PyTree, logistic_loss
 from samflow.images.tasks import BinaryTask
 from samflow.loop import Interval, record_loop
-from samflow.runners import Discrete, check_counters
+from samflow.runners import At, Discrete, Every, LogSpaced, check_counters
 from samflow.transform import apply_step, sam
 
 BASE_OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -145,11 +145,12 @@ class TrainConfig:
         if self.batch is not None and (isinstance(self.batch, bool) or not self.batch >= 1):
             raise InputError(f"batch must be an integer >= 1 or None, got {self.batch!r}")
         # Counted before ``times()`` is built: a step count of 2^31 would fill memory.
-        runner, every = self.runner, self.runner.record_every
-        n_records = len(runner.record_steps or ()) - 1
+        runner, save = self.runner, self.runner.save
+        every = save.k if isinstance(save, Every) else None
+        n_records = len(save.times) - 1 if isinstance(save, At) else -1
         if every is not None:
             n_records = runner.steps // every
-        if runner.log_records is not None or (every is not None and runner.steps % every):
+        if isinstance(save, LogSpaced) or (every is not None and runner.steps % every):
             raise InputError(
                 f"steps ({runner.steps}) must be a multiple of record_every ({every}): "
                 "image training records at evenly spaced steps"

@@ -17,16 +17,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from samflow import inputs
+from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import is_balanced, layer_rows, random_scales
 from samflow.inputs import check_major
 from samflow.runners import Discrete, Flow, check_counters, check_runner
+from samflow.summaries import Summaries
 from samflow.sweeps.axes import Axis, check_axes, make_axis, parse_axis
 
 if TYPE_CHECKING:  # the engine (JAX) is imported when a spec is run, not when it is made
@@ -41,20 +43,14 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-NEW_DEFAULTS = {
-    "parametrization": "product",
-    "loss": "logistic",
-    "summaries": False,
-    "sharpness": False,
-    "beta_star": (),
-    "active_threshold": inputs.ACTIVE_THRESHOLD,
-}
-"""Fields added with the model options, and their defaults: left out of :meth:`SweepSpec.key`
-where they hold these, so that a sweep of the paper's model keeps its key (and resumes)."""
 LABELS = "limit-1"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
 labelled under another meaning (before the labels of the limit, docs/theory.md) are
 never resumed into a sweep of this one."""
+KEY_FORMAT = 2
+"""The version of how :meth:`SweepSpec.key` is computed, part of it: 2 (issue 31) hashes
+every field that differs from its default, recursing into the settings objects
+(:func:`identity`); a chunk written under format 1 is never resumed, it is recomputed."""
 COPIES = 3
 """A result is held about three times at its peak: by the compiled program, on the host,
 and in the Dataset made from it."""
@@ -66,6 +62,48 @@ def rule_identity(rule: PerturbationRule) -> str:
     fn = rule.direction
     code = "none" if fn is None else f"{fn.__module__}.{fn.__qualname__}"
     return f"{rule.name}:{code}:{rule.scale_invariant}"
+
+
+def _is_default(value, f) -> bool:
+    """Whether ``value`` equals the default of dataclass field ``f`` (False: none)."""
+    if f.default is not MISSING:
+        default = f.default
+    elif f.default_factory is not MISSING:
+        default = f.default_factory()
+    else:
+        return False
+    try:
+        return bool(type(value) is type(default) and value == default)
+    except (TypeError, ValueError):  # values whose == is not one bool
+        return False
+
+
+def identity(value):
+    """What defines ``value`` in a key, as JSON-able data: a dataclass (a runner, a save
+    schedule, :class:`samflow.Classification`, :class:`samflow.summaries.Summaries`, a
+    model's parts, ...) as its type's name and the fields that differ from their
+    defaults, recursively; sequences and mappings item by item; a function as its
+    module and name; anything else as itself.
+
+    So a field or an option added later with a default leaves every existing key as it
+    was, and a default written explicitly gives the key of leaving it out.
+    """
+    if is_dataclass(value) and not isinstance(value, type):
+        out = {"type": type(value).__qualname__}
+        for f in fields(value):
+            item = getattr(value, f.name)
+            if not _is_default(item, f):
+                out[f.name] = identity(item)
+        return out
+    if isinstance(value, Mapping):
+        return {str(k): identity(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [identity(v) for v in value]
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    if callable(value):
+        return f"{value.__module__}.{value.__qualname__}"
+    return value
 
 
 @dataclass(frozen=True)
@@ -85,7 +123,8 @@ class SweepSpec:
         rho: SAM radius where no axis sets it (required for SAM unless an axis does).
         dtype: ``float64`` or ``float32``.
         alpha_range: for a ``seed`` axis, alpha_j log-uniform in ``[low, high]``.
-        collapse_factor, plateau_fraction: classification options.
+        classification: the settings of regime classification
+            (:class:`samflow.Classification`).
         save_trajectories: keep ``beta(time, coord)`` of every point.
         mu: the data point (one point), or ``()`` with ``data``.
         mu_set: rows for a ``mu`` axis.
@@ -94,15 +133,19 @@ class SweepSpec:
             several depths; padding rows change nothing, docs/theory.md §7b).
         parametrization, loss: the model (:data:`samflow.inputs.PARAMETRIZATIONS`,
             :data:`samflow.inputs.LOSSES`; docs/theory.md §10).
-        summaries: take the regression summaries at every record (``l1_norm``,
-            ``l2_norm``, ``n_active``; ``test_error`` with ``beta_star``; ``sharpness``
-            and ``hessian_trace`` with ``sharpness``).
-        sharpness: take the top Hessian eigenvalue and the trace (needs ``summaries``).
+        summaries: the regression summaries taken at every record
+            (:class:`samflow.Summaries`: ``l1_norm``, ``l2_norm``, ``n_active``;
+            ``test_error``, set where ``beta_star`` is given; ``sharpness`` and
+            ``hessian_trace``), or None: none.
         beta_star: the ground truth of ``test_error`` ``[d]``, or ``()``.
-        active_threshold: ``n_active`` counts ``|beta_j|`` above it.
         seed: the seed of the stochastic steps (minibatches, label noise) where no axis
             sets it: a ``noise_seed`` axis, else a ``seed`` axis (which then keys both
             the random initialisation and the steps) (docs/theory.md §12).
+
+    Raises:
+        InputError: a field of the wrong type or out of range, fields that conflict
+            (``rho`` as a value and an axis, ``beta_star`` without summaries, ...), or a
+            result that would not fit in memory; the message names the value.
     """
 
     rule: PerturbationRule
@@ -113,8 +156,7 @@ class SweepSpec:
     rho: float | None = None
     dtype: str = "float64"
     alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE
-    collapse_factor: float = inputs.COLLAPSE_FACTOR
-    plateau_fraction: float = inputs.PLATEAU_FRACTION
+    classification: Classification = Classification()
     save_trajectories: bool = False
     mu: tuple = ()
     mu_set: tuple = ()
@@ -122,10 +164,8 @@ class SweepSpec:
     pad_layers: int = 0
     parametrization: str = "product"
     loss: str = "logistic"
-    summaries: bool = False
-    sharpness: bool = False
+    summaries: Summaries | None = None
     beta_star: tuple = field(default=(), repr=False)
-    active_threshold: float = inputs.ACTIVE_THRESHOLD
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -146,8 +186,10 @@ class SweepSpec:
         # An axis rho is taken by every rule, gd too: a gd map may share a SAM map's grid.
         set_(self, "alpha", inputs.positive("alpha", self.alpha))
         set_(self, "alpha_range", inputs.check_range("alpha-range", self.alpha_range))
-        set_(self, "collapse_factor", inputs.fraction("collapse-factor", self.collapse_factor))
-        set_(self, "plateau_fraction", inputs.fraction("plateau-fraction", self.plateau_fraction))
+        if not isinstance(self.classification, Classification):
+            raise InputError(
+                f"classification must be samflow.Classification(...), got {self.classification!r}"
+            )
         set_(
             self,
             "save_trajectories",
@@ -189,18 +231,22 @@ class SweepSpec:
         """The model options, against the depth, the axes and the data."""
         set_ = object.__setattr__
         inputs.check_model(self.parametrization, self.loss, self.depth)
-        if self.parametrization != "product" and "depth" in self.axis_names:
-            raise InputError(f"parametrization {self.parametrization} has no depth axis")
+        if inputs.fixed_rows(self.parametrization) is not None and "depth" in self.axis_names:
+            name = getattr(self.parametrization, "name", self.parametrization)
+            raise InputError(f"parametrization {name} has no depth axis")
         if self.data:
             inputs.check_problem(data=(np.asarray(self.data[0]), np.asarray(self.data[1])),
                                  loss=self.loss)  # fmt: skip
-        set_(self, "summaries", inputs.check_flag("summaries", self.summaries))
-        set_(self, "sharpness", inputs.check_flag("sharpness", self.sharpness))
+        summaries = self.summaries
+        if summaries is not None and not isinstance(summaries, Summaries):
+            raise InputError(f"summaries must be samflow.Summaries(...) or None, got {summaries!r}")
         if self.beta_star:
             set_(self, "beta_star", tuple(inputs.check_beta_star(self.beta_star, self.d).tolist()))
-        if (self.sharpness or self.beta_star) and not self.summaries:
-            raise InputError("sharpness and beta_star are summaries: they need summaries on")
-        set_(self, "active_threshold", inputs.positive("active-threshold", self.active_threshold))
+            if summaries is None:
+                raise InputError("beta_star is for the test_error summary: it needs summaries on")
+            set_(self, "summaries", replace(summaries, test_error=True))
+        elif summaries is not None and summaries.test_error:
+            raise InputError("the test_error summary needs beta_star, the ground truth")
         if self.sharpness and self.n_layers * self.d > inputs.MAX_HESSIAN:
             raise InputError(
                 f"sharpness solves a Hessian of L * d = {self.n_layers * self.d} rows, over "
@@ -228,42 +274,61 @@ class SweepSpec:
         rho: float | None = None,
         dtype: str = "float64",
         alpha_range: tuple[float, float] = inputs.SEED_ALPHA_RANGE,
-        collapse_factor: float = inputs.COLLAPSE_FACTOR,
-        plateau_fraction: float = inputs.PLATEAU_FRACTION,
+        classification: Classification = Classification(),
         save_trajectories: bool = False,
         mu_set: np.ndarray | None = None,
         pad_layers: int = 0,
         loss: str = "logistic",
         parametrization: str = "product",
         beta_star: np.ndarray | None = None,
-        summaries: bool | None = None,
-        sharpness: bool = False,
-        active_threshold: float = inputs.ACTIVE_THRESHOLD,
+        summaries: Summaries | bool | None = None,
         seed: int | None = None,
     ) -> SweepSpec:
         """The description of a run from the forms a user writes, every input checked.
 
-        ``method`` a name or a rule; ``mu`` ``[d]`` or ``data = (X [n, d], y [n])``;
-        ``axes`` maps an axis name to values or to a range string
-        ``"START:STOP:NUM[:log|:lin]"`` (:mod:`samflow.sweeps.axes`), in grid order
-        (``None`` or empty: one point); ``alpha`` is refused beside an axis that sets it
-        (``alpha``, ``seed``), ``rho`` beside axis ``rho``. InputError naming the bad
-        value, before anything is computed or compiled. ``seed`` keys the stochastic
-        steps (default 0); it is refused beside an axis that sets it.
+        Args:
+            method: a name of :data:`samflow.METHODS` or a rule.
+            depth: layers L, unless an axis varies it.
+            runner: :class:`samflow.Discrete` or :class:`samflow.Flow`.
+            mu: one data point ``[d]`` (entries > 0), or None with ``data``.
+            data: ``(X [n, d], y [n])``, or None with ``mu``.
+            axes: axis name to values or to a range string ``"START:STOP:NUM[:log|:lin]"``
+                (:mod:`samflow.sweeps.axes`), in grid order (None or empty: one point).
+            alpha: uniform initialisation scale (default 1), refused beside an axis that
+                sets it (``alpha``, ``seed``).
+            rho: SAM radius, refused beside axis ``rho``.
+            dtype: ``float64`` or ``float32``.
+            alpha_range: for a ``seed`` axis, alpha_j log-uniform in ``(low, high)``.
+            classification: the settings of regime classification.
+            save_trajectories: keep ``beta(time, coord)`` of every point.
+            mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
+            pad_layers: pad parameters to at least this many layers.
+            loss: the loss, a name of :data:`samflow.inputs.LOSSES` or a
+                :class:`samflow.Loss`.
+            parametrization: a name of :data:`samflow.inputs.PARAMETRIZATIONS` or a
+                :class:`samflow.Parametrization`.
+            beta_star: the ground truth ``[d]`` of the ``test_error`` summary.
+            summaries: the summaries to take (:class:`samflow.Summaries`); True: the
+                default ones; False: none; None: the default ones where the model is not
+                the paper's or ``beta_star`` is given, else none.
+            seed: keys the stochastic steps (default 0); refused beside an axis that sets
+                it, and where nothing is random.
 
-        ``loss``, ``parametrization``: the model; ``beta_star`` ``[d]``: the ground truth
-        of ``test_error``; ``summaries``: take the regression summaries (None: when the
-        model is not the paper's, or ``sharpness`` or ``beta_star`` is given);
-        ``sharpness``: also the Hessian's top eigenvalue and trace.
+        Returns:
+            The checked spec.
+
+        Raises:
+            InputError: naming the bad value, before anything is computed or compiled.
         """
         inputs.check_model(parametrization, loss, depth)
         X, y = inputs.check_problem(mu, data, loss)
         d = X.shape[1]
         beta_star = inputs.check_beta_star(beta_star, d)
-        inputs.check_flag("sharpness", sharpness)
         if summaries is None:
             default = parametrization == "product" and loss == "logistic"
-            summaries = not default or sharpness or beta_star is not None
+            summaries = not default or beta_star is not None
+        if isinstance(summaries, bool):
+            summaries = Summaries() if summaries else None
         if axes is None:
             axes = {}
         if not isinstance(axes, Mapping):
@@ -287,8 +352,7 @@ class SweepSpec:
             rho=rho,
             dtype=dtype,
             alpha_range=alpha_range,
-            collapse_factor=collapse_factor,
-            plateau_fraction=plateau_fraction,
+            classification=classification,
             save_trajectories=save_trajectories,
             mu=tuple(X[0].tolist()) if data is None else (),
             mu_set=()
@@ -299,9 +363,7 @@ class SweepSpec:
             parametrization=parametrization,
             loss=loss,
             summaries=summaries,
-            sharpness=sharpness,
             beta_star=() if beta_star is None else tuple(beta_star.tolist()),
-            active_threshold=active_threshold,
             seed=0 if seed is None else seed,
         )
         if seed is not None and spec.sampling is None:
@@ -314,7 +376,7 @@ class SweepSpec:
         ``keep_theta``, ``theta`` with ``keep_theta``, as a trajectory keeps)."""
         keep_beta = self.save_trajectories or keep_theta
         per_record = RECORD_VALUES + self.d * (keep_beta + keep_theta * self.n_layers)
-        per_record += SUMMARY_RECORD_VALUES * self.summaries
+        per_record += SUMMARY_RECORD_VALUES * (self.summaries is not None)
         per_point = SUMMARY_VALUES + 2 * self.d + self.runner.n_records() * per_record
         return COPIES * self.size * per_point * np.dtype(self.dtype).itemsize
 
@@ -337,20 +399,26 @@ class SweepSpec:
     def axis_names(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.axes)
 
+    @property
+    def sharpness(self) -> bool:
+        """Whether the run takes the Hessian's top eigenvalue and trace."""
+        return self.summaries is not None and self.summaries.sharpness
+
     def key(self) -> str:
-        """A hash of everything that defines the result."""
-        fields = asdict(self)
-        for name, value in NEW_DEFAULTS.items():
-            if fields[name] == value:
-                del fields[name]
-        fields["rule"] = rule_identity(self.rule)
-        fields["labels"] = LABELS
-        runner = self.runner.identity() if self.mode == "discrete" else asdict(self.runner)
-        fields["runner"] = {"type": type(self.runner).__name__, **runner}
-        if self.sampling is None:  # a deterministic run's key is today's
-            del fields["seed"]
-        payload = json.dumps(fields, sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        """A hash of everything that defines the result (a sweep's resume key).
+
+        The spec's :func:`identity` (every field that differs from its default, the
+        settings objects recursively; the rule by :func:`rule_identity`), with
+        :data:`LABELS` and :data:`KEY_FORMAT`.
+
+        Returns:
+            16 hex digits.
+        """
+        described = identity(self)
+        described["rule"] = rule_identity(self.rule)
+        payload = {"format": KEY_FORMAT, "labels": LABELS, "spec": described}
+        text = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -445,14 +513,13 @@ class SweepSpec:
             mode=self.mode,
             dtype=self.dtype,
             flow=flow,
-            collapse_factor=self.collapse_factor,
-            plateau_fraction=self.plateau_fraction,
+            classification=self.classification,
             keep=keep,
             padding=self.has_padding,
             sharded=sharded,
             major=self.major(),
             model=self.model,
-            summaries=self.summary_set,
+            summaries=self.summaries,
             sampling=self.sampling,
         )
 
@@ -463,7 +530,7 @@ class SweepSpec:
         out = {
             "parametrization": model.parametrization.name,
             "loss": model.loss.name,
-            "active_threshold": self.active_threshold if self.summaries else None,
+            "active_threshold": None if self.summaries is None else self.summaries.active_threshold,
             "beta_star": np.asarray(self.beta_star) if self.beta_star else None,
         }
         fields = SweepSpec.__dataclass_fields__
@@ -472,15 +539,6 @@ class SweepSpec:
             for k, v in out.items()
             if not (k in ("parametrization", "loss") and v == fields[k].default)
         }
-
-    @property
-    def summary_set(self):
-        """The :class:`samflow.summaries.Summaries` a run takes, or None."""
-        from samflow.summaries import Summaries
-
-        if not self.summaries:
-            return None
-        return Summaries(bool(self.beta_star), self.sharpness, self.active_threshold)
 
     def major(self) -> int:
         """The major coordinate of shared data (0 for one point; 1 where the model does
@@ -511,8 +569,8 @@ class SweepSpec:
             if f"alpha_{j}" in values:
                 alpha[:, j - 1] = values[f"alpha_{j}"]
         theta0 = np.where(layer_rows(depth, n_layers), alpha[:, None, :], 1.0)
-        if self.parametrization == "uv":  # u = alpha, v = 0 (docs/theory.md §10)
-            theta0[:, 1] = 0.0
+        # The parametrisation's start at scale alpha (uv: v = 0), rows first.
+        theta0 = np.moveaxis(self.model.parametrization.start(np.moveaxis(theta0, 0, -1)), -1, 0)
         if "mu" in values:
             X = np.asarray(self.mu_set, dtype=np.float64)[values["mu"]][:, None, :]
         elif self.mu:

@@ -154,8 +154,8 @@ def sweep_attrs(spec: SweepSpec, history: str | None) -> dict:
         n_points=len(spec.data[1]) if spec.data else 1,
         axes=" ".join(spec.axis_names),
         alpha_range=np.asarray(spec.alpha_range) if "seed" in varied else None,
-        collapse_factor=spec.collapse_factor,
-        plateau_fraction=spec.plateau_fraction,
+        collapse_factor=spec.classification.collapse_factor,
+        plateau_fraction=spec.classification.plateau_fraction,
         flow_formulation=spec.formulation,
         step_path=spec.step_path,
         seed=spec.seed

@@ -1,0 +1,41 @@
+"""How a run's records are read as a regime: :class:`Classification`, its settings.
+
+The classifier itself (:mod:`samflow.regimes`) runs inside the compiled program; its
+settings are a small frozen object made, and checked, before JAX loads, so that a bad
+value is refused before any compilation. Every default lives here, once: the Python API,
+the sweeps, the command line (which reads its defaults and help from the fields) and the
+file attributes all take them from this object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from samflow.inputs import fraction
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The settings of regime classification (hashable: part of a program's key).
+
+    Attributes:
+        collapse_factor: a discrete run collapses when ``||beta||_1`` at the horizon falls
+            below this fraction of ``||beta(0)||_1`` (flows collapse by their event or a
+            certificate), in (0, 1).
+        plateau_fraction: the plateau ends when the loss falls to this fraction of its
+            initial value, in (0, 1).
+
+    Raises:
+        InputError: a field outside (0, 1), or not a number.
+    """
+
+    collapse_factor: float = 1e-3
+    plateau_fraction: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "collapse_factor", fraction("collapse-factor", self.collapse_factor)
+        )
+        object.__setattr__(
+            self, "plateau_fraction", fraction("plateau-fraction", self.plateau_fraction)
+        )
