@@ -1,6 +1,6 @@
 """What a researcher would otherwise use: the same l2-SAM math outside samflow.
 
-Every baseline runs the update of docs/theory.md §1-2 for one data point ``x = mu``,
+Every baseline runs the update of docs/theory/setting.md#setting-2 for one data point ``x = mu``,
 ``y = +1`` on an L-layer diagonal network, l2-SAM, and the rescaled time
 ``tau += eta |l'(z~)|``. Grids are balanced initialisations ``w^(l) = alpha`` with a
 per-point ``rho``; the step size ``eta`` is shared.
@@ -150,10 +150,10 @@ def scipy_flow_loop(
 ) -> tuple[float, int]:
     """Seconds for the balanced L = 2 l2-SAM rescaled flow of each (alpha, rho), looped.
 
-    The same log-space field as samflow's ``log`` formulation (docs/theory.md §4:
-    ``d log u_j/dtau = mu_j (1 - rho mu_j / N)``, ``N = sqrt(2 sum mu_k^2 u_k^2)``),
-    RK45 at the same tolerances, with the same stop when ``beta`` collapses.
-    Returns the seconds and the number of failed solves.
+    The same log-space field as samflow's ``log`` formulation
+    (docs/theory/balanced.md#balanced-initialisation: ``d log u_j/dtau = mu_j (1 - rho mu_j / N)``,
+    ``N = sqrt(2 sum mu_k^2 u_k^2)``), RK45 at the same tolerances, with the same stop when
+    ``beta`` collapses. Returns the seconds and the number of failed solves.
     """
     from scipy.integrate import solve_ivp
 

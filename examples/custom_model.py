@@ -2,10 +2,10 @@
 
 samflow's model is a parametrisation (how the predictor ``beta`` is made from the
 parameters ``theta``) and a loss of the prediction, each a small frozen object with a
-documented protocol (docs/theory.md §10): :class:`samflow.Parametrization` says
-``beta``, its Jacobian ``G[l, j] = d beta_j / d theta[l, j]`` and its curvature ``B[l, k,
-j]``; :class:`samflow.Loss` says ``l(p, y)`` and its first two derivatives in ``p``.
-Nothing else is needed: gradients, the Hessian, flows and sweeps follow.
+documented protocol (docs/theory/models.md#parametrisations-and-losses):
+:class:`samflow.Parametrization` says ``beta``, its Jacobian ``G[l, j] = d beta_j / d theta[l, j]``
+and its curvature ``B[l, k, j]``; :class:`samflow.Loss` says ``l(p, y)`` and its first two
+derivatives in ``p``. Nothing else is needed: gradients, the Hessian, flows and sweeps follow.
 
 Here (neither is built in):
 

@@ -1,10 +1,10 @@
 """The (alpha, rho) regime map of l2-SAM at depth 3 and 4, at a horizon and at the fate.
 
-A label read where a run stopped is not a label of its limit (docs/theory.md §6.1):
-this script maps the same grid twice, once stopped at tau_max = 200 (undecided runs are
-``unresolved``) and once run to its fate (``tau_cap``: a run goes on, unrecorded, until
-a blow-up, a collapse or a certificate decides it), prints each map's regime counts and
-the bands along alpha, and draws the fate maps with the direct edge in closed form.
+A label read where a run stopped is not a label of its limit
+(docs/theory/regimes.md#labels-of-the-limit): this script maps the same grid twice, once stopped at
+tau_max = 200 (undecided runs are ``unresolved``) and once run to its fate (``tau_cap``: a run goes
+on, unrecorded, until a blow-up, a collapse or a certificate decides it), prints each map's regime
+counts and the bands along alpha, and draws the fate maps with the direct edge in closed form.
 
 Run: python examples/fate_map.py [OUT.png]   (a few minutes on 2 CPU cores)
 """

@@ -22,8 +22,8 @@ Where things live:
 - :mod:`samflow.engine`: the point runner every path goes through.
 - :mod:`samflow.sweeps`: axes, the sweep spec, the resumable store.
 - :mod:`samflow.schema`: every variable and attribute of every file samflow writes.
-- :mod:`samflow.regimes`: regime classification (docs/theory.md §6).
-- :mod:`samflow.theory`: closed forms (docs/theory.md §4).
+- :mod:`samflow.regimes`: regime classification (docs/theory/regimes.md#definitions).
+- :mod:`samflow.theory`: closed forms (docs/theory/balanced.md#balanced-initialisation).
 - :mod:`samflow.plotting`, :mod:`samflow.figures`: figures; :mod:`samflow.images`: CNNs.
 - :mod:`samflow.cli`: the ``samflow`` command line.
 

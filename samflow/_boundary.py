@@ -1,10 +1,10 @@
 """Regime boundaries as curves: every critical alpha of every grid point, scan then bisect.
 
 For a balanced start ``w^(l) = alpha`` at L = 2 the l2-SAM regimes are ordered in alpha
-(docs/theory.md §5): collapse below ``alpha_collapse``, sequential between, direct from
-``alpha_direct`` on. At L >= 3 they need not be: at L = 3 a band that is not direct
-(major lost, returned, sequential) lies between two direct ranges (docs/theory.md §5).
-So :func:`boundary` does not assume one edge:
+(docs/theory/regimes.md#three-regimes): collapse below ``alpha_collapse``, sequential between,
+direct from ``alpha_direct`` on. At L >= 3 they need not be: at L = 3 a band that is not direct
+(major lost, returned, sequential) lies between two direct ranges
+(docs/theory/regimes.md#three-regimes). So :func:`boundary` does not assume one edge:
 for every point of a grid of the other axes (``rho``, ``depth``, ``mu``, ``eta``) it
 
 1. scans a log-spaced grid of alpha over ``alpha_range`` (one batch of runs: every grid
@@ -19,7 +19,7 @@ Every batch runs through :func:`samflow.engine.run_points`, whose compiled progr
 cached by the static setup and the padded batch size: a second identical call compiles
 nothing.
 
-Edges lie between labels of the limit only (docs/theory.md, "Labels of the limit"): a
+Edges lie between labels of the limit only (docs/theory/regimes.md#labels-of-the-limit): a
 bracket needs both of its scan alphas decided, neither failed nor unresolved, and a
 flow runner without ``tau_cap`` is run to its fate up to
 :attr:`BoundarySearch.cap_factor` times its horizon (``tau_cap`` is written to the

@@ -16,8 +16,8 @@ perturbed gradient, ``eta`` from the runner). With an optax ``optimizer`` it is
 :func:`samflow.transform.sam` around it, and the runner's ``eta`` is unused (the
 optimiser has its own learning rate).
 
-Stochastic steps (docs/theory.md §12): give the examples as ``data=(X, y)`` (leading
-axis n) and write ``loss_fn(params, X, y)``, the mean loss over the examples it gets;
+Stochastic steps (docs/theory/stochastic.md#stochastic-steps): give the examples as ``data=(X, y)``
+(leading axis n) and write ``loss_fn(params, X, y)``, the mean loss over the examples it gets;
 the runner's ``batch``, ``m`` and ``label_noise`` then draw each step's minibatch,
 cut it into m-sharpness groups and add label noise (:mod:`samflow.stochastic`), keyed
 by ``seed``. The recorded loss is ``loss_fn(params, X, y)`` on all the examples::

@@ -44,7 +44,7 @@ def initial_theta(
 
     ``alpha`` (or ``alpha_per_coord``) sets every layer to alpha; the parametrisation
     then makes its start of it (:meth:`samflow.Parametrization.start`: ``uv`` sets
-    ``v = 0``, docs/theory.md §10)."""
+    ``v = 0``, docs/theory/models.md#parametrisations-and-losses)."""
     given = [
         n
         for n, v in (("alpha", alpha), ("alpha_per_coord", alpha_per_coord), ("theta0", theta0))
@@ -111,7 +111,7 @@ def trajectory(
             (:class:`samflow.Classification`).
         history: the file's ``history`` line (default: this call).
         loss: ``logistic``, ``exponential``, ``squared`` (real ``y``) or a
-            :class:`samflow.Loss` (docs/theory.md §10).
+            :class:`samflow.Loss` (docs/theory/models.md#parametrisations-and-losses).
         parametrization: ``product``, ``u2-v2``, ``uv`` or a
             :class:`samflow.Parametrization`.
         beta_star: the ground truth ``[d]``: adds ``test_error(time)`` =
@@ -122,7 +122,7 @@ def trajectory(
             True: the default ones; False: none; None (default): on unless the model is
             the paper's and no ``beta_star`` is given.
         seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
-            ``label_noise`` (default 0; docs/theory.md §12).
+            ``label_noise`` (default 0; docs/theory/stochastic.md#stochastic-steps).
 
     Returns:
         A Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
@@ -130,7 +130,7 @@ def trajectory(
         points), ``loss(time)``, ``dominant(time)``, ``theta_final(layer, coord)``,
         ``step(time)`` (discrete), ``theta(time, layer, coord)`` (``save_theta``), the
         scalars ``regime`` (a label of the limit, ``unresolved`` where the run's fate is
-        not decided: docs/theory.md, "Labels of the limit"), ``unresolved_reason``,
+        not decided: docs/theory/regimes.md#labels-of-the-limit), ``unresolved_reason``,
         ``stop_leader`` and ``limit_coord`` (none of these three where the model does
         not classify: not the product network with a margin loss), the summaries;
         ``tau`` (and ``step``) are coordinates along ``time``; attributes: the settings,

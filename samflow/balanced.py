@@ -1,8 +1,9 @@
 """The balanced step: a discrete run whose real layers are all equal runs one vector.
 
-Why equal layers stay equal (the discrete counterpart of docs/theory.md §4). Let every
-real layer be ``w^(l) = u`` (``[d]``), ``l = 1..L``, on any data ``(X, y)``. The gradient
-of layer ``l`` (docs/theory.md §1) is
+Why equal layers stay equal (the discrete counterpart of
+docs/theory/balanced.md#balanced-initialisation). Let every real layer be ``w^(l) = u`` (``[d]``),
+``l = 1..L``, on any data ``(X, y)``. The gradient of layer ``l`` (docs/theory/setting.md#setting)
+is
 
     dLoss/dw^(l)_j = c_j prod_{k != l} w^(k)_j = c_j u_j^(L-1),
     c_j = (1/n) sum_i l'(z_i) y_i x_ij,   z_i = y_i <x_i, u^L>,
@@ -25,15 +26,15 @@ point: only equal real layers at the start (permuting the layers is a symmetry o
 loss and of each of these rules). With one data point a scale-invariant rule takes
 ``eps`` from the ascent direction ``-y x u^(L-1)`` (a positive multiple of ``g``,
 :func:`samflow.model.ascent_direction`) and ``tau`` grows by ``eta sigmoid(-z~)``
-(docs/theory.md §3), as in the general step.
+(docs/theory/flows.md#rescaled-flows), as in the general step.
 
 The state is ``[d, *batch]`` instead of ``[L_max, d, *batch]``: per step one chain of
 powers ``w^2, ..., w^L`` replaces the ``L`` exclusive products, and every
 layer-wise operation runs once instead of ``L`` times. The loss and its derivative come
 from :mod:`samflow.model` itself, evaluated on a one-layer network whose layer is
 ``beta``: its gradient is ``c`` (the empty product is one) and its margins those of
-``beta``. Depth padding (docs/theory.md §7b): a point of depth ``L < L_max`` selects its
-own power among the static ``0..L_max``; its padding rows are ones throughout.
+``beta``. Depth padding (docs/theory/numerics.md#depth-in-one-program): a point of depth ``L <
+L_max`` selects its own power among the static ``0..L_max``; its padding rows are ones throughout.
 
 The numbers are those of the general step up to rounding: the l2 norm sums ``L`` copies
 as ``L`` times one sum, and at ``L >= 5`` the general step's exclusive products multiply

@@ -5,8 +5,8 @@ interval a ``fori_loop`` takes the steps. The schedule (which step indices are
 recorded) is a concrete array shared by every trajectory of a sweep, so a batched run
 never batches the loop bounds. Record 0 is the initial state (step 0, tau 0).
 
-Rescaled time (docs/theory.md §3): for one data point ``tau_{t+1} = tau_t + eta |l'(z~_t)|``
-with ``z~`` the margin at the perturbed point; for n > 1 the loss does not factor out
+Rescaled time (docs/theory/flows.md#rescaled-flows): for one data point ``tau_{t+1} = tau_t + eta
+|l'(z~_t)|`` with ``z~`` the margin at the perturbed point; for n > 1 the loss does not factor out
 and ``tau`` is the plain time ``eta * t``.
 
 Numerical failure: at every record the state is checked; the first record whose
@@ -119,7 +119,8 @@ def general_network(
     def grad_fn(theta):
         return model.grad_and_aux(theta, problem, mask)
 
-    # One data point: the ascent direction needs no loss derivative (docs/theory.md §3).
+    # One data point: the ascent direction needs no loss derivative
+    # (docs/theory/flows.md#rescaled-flows).
     ascent_fn = None
     if problem.X.shape[0] == 1 and model.margin_loss:
 
@@ -201,7 +202,7 @@ def simulate(
     the model is the paper's: run that one vector (:func:`samflow.balanced.network`; the
     caller checks the start, :func:`samflow.balanced.applies`).
 
-    Stochastic steps (docs/theory.md §12): ``sampling`` (static,
+    Stochastic steps (docs/theory/stochastic.md#stochastic-steps): ``sampling`` (static,
     :class:`samflow.stochastic.Sampling`) draws each step's minibatch and label noise
     with :func:`samflow.stochastic.draws` from ``point_keys``, the PRNG keys of the
     trajectories (a key array of shape ``[*batch]``, one per trajectory, so that a

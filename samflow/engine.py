@@ -20,8 +20,8 @@ layers alike, :func:`step_path`) or the flow solver (summarised by
 :func:`samflow.regimes.summarize`), so memory grows with points x records, never with
 steps. Sharded programs cut the points into tiles spread over every device
 (``shard_map``), each device running its tiles one after another (``lax.map``) so a
-tile's data stay in cache; discrete tiles are batch-last (docs/theory.md §7b and
-:mod:`samflow.layout`).
+tile's data stay in cache; discrete tiles are batch-last
+(docs/theory/numerics.md#depth-in-one-program and :mod:`samflow.layout`).
 """
 
 from __future__ import annotations
@@ -320,7 +320,8 @@ def _underflow(setup: Setup, theta0: Array) -> Array:
 
 
 def _not_classified(setup: Setup, out: dict) -> None:
-    """Remove the regime labels where the model does not classify (docs/theory.md §10)."""
+    """Remove the regime labels where the model does not classify
+    (docs/theory/models.md#parametrisations-and-losses)."""
     if not setup.model.classifies:
         del out["regime"], out["unresolved_reason"], out["limit_coord"]
 

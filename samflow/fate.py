@@ -1,11 +1,11 @@
 """How a run ended, as far as its limit is concerned: the codes a run's *fate* takes.
 
-A regime is a statement about the limit ``tau -> infinity`` (docs/theory.md, "Labels of
-the limit"), so a run is labelled only once its fate is decided: an event ended it
-(beta reached 0, or a finite-time blow-up), or a *certificate* holds at its end state,
-a condition that provably fixes what happens next (an invariant region of the flow,
-:meth:`samflow.rules.BalancedFlow.fate`). Otherwise the run is unresolved, whatever
-its leader path so far.
+A regime is a statement about the limit ``tau -> infinity``
+(docs/theory/regimes.md#labels-of-the-limit), so a run is labelled only once its fate is decided:
+an event ended it (beta reached 0, or a finite-time blow-up), or a *certificate* holds at its end
+state, a condition that provably fixes what happens next (an invariant region of the flow,
+:meth:`samflow.rules.BalancedFlow.fate`). Otherwise the run is unresolved, whatever its leader path
+so far.
 
 Codes (``int``, the same in every batch element):
 

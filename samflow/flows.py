@@ -1,4 +1,5 @@
-"""Continuous-time flows with diffrax (docs/theory.md §3 and §4).
+"""Continuous-time flows with diffrax (docs/theory/flows.md#rescaled-flows and
+docs/theory/balanced.md#balanced-initialisation).
 
 One data point and a margin loss: the *rescaled* flow in ``tau``,
 
@@ -13,17 +14,17 @@ Loss(theta + rho eps)`` with ``t = eta * steps``.
 
 Three formulations, chosen by :func:`formulation_for` (or forced with
 :class:`samflow.runners.Flow`'s ``formulation``) from what the model and the rule
-declare (:func:`formulated` builds each, for every model: docs/theory.md §10.5):
+declare (:func:`formulated` builds each, for every model: docs/theory/models.md#models-of-your-own):
 
 ``log``
     Balanced positive initialisation (every real layer equal to the same vector
     alpha > 0), one point, a rule whose closed form is a log form (gd, sam-l2, usam):
     all layers stay equal to ``u``, and the state is ``s = log u``. The field stands
-    beside its rule (:class:`samflow.rules.BalancedFlow`, derivation in docs/theory.md
-    §3); every power is taken in log space, so exponential growth does not overflow.
-    On a parametrisation that declares a log-space gradient descent
-    (:class:`samflow.parametrizations.LogGradientFlow`, u2-v2), gd from its balanced
-    start, any data and loss, with the state ``R`` of that closed form.
+    beside its rule (:class:`samflow.rules.BalancedFlow`, derivation in
+    docs/theory/flows.md#rescaled-flows); every power is taken in log space, so exponential growth
+    does not overflow. On a parametrisation that declares a log-space gradient descent
+    (:class:`samflow.parametrizations.LogGradientFlow`, u2-v2), gd from its balanced start, any
+    data and loss, with the state ``R`` of that closed form.
 ``linf``
     Balanced positive initialisation, one point, sam-linf: ``du_j/dtau = mu_j (u_j -
     rho)^(L-1)`` with 0 absorbing for even L (beside the rule as well).
@@ -35,7 +36,8 @@ declare (:func:`formulated` builds each, for every model: docs/theory.md §10.5)
 Stopping: a :class:`diffrax.Event` ends the solve when ``log max_j |beta_j|`` leaves
 ``(log max|beta(0)| - singular_log_range, log_beta_max)``.
 
-- Upper edge: for L >= 3 this is the finite-time blow-up of docs/theory.md §4 and its
+- Upper edge: for L >= 3 this is the finite-time blow-up of
+docs/theory/balanced.md#balanced-initialisation and its
   ``tau`` is reported (``blowup``). Near it ``beta ~ (tau* - tau)^(-L/(L-2))``, so the
   edge is lowered to ``L/(L-2) * singular_log_range``: a higher one would ask for tau
   closer to tau* than the dtype resolves. For L <= 2 it guards against overflow
@@ -306,8 +308,8 @@ def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
     dbeta_j/dtau(0)`` (``|dbeta_j/dtau(0)|`` where ``beta_j(0) = 0``), so for small tau
     the largest ``|beta_j(0)|`` leads and, among exact ties (a uniform start), the
     largest ``s_j``. A tie in both (identical coordinates, or beta = 0 at rest) has no
-    leader at first order: 0, as for a tied record (docs/theory.md §6). This makes the
-    classification independent of the first save time: a hand-off before it is seen.
+    leader at first order: 0, as for a tied record (docs/theory/regimes.md#definitions). This makes
+    the classification independent of the first save time: a hand-off before it is seen.
     """
     mag = jnp.abs(beta0)
     slope = jnp.where(beta0 != 0, jnp.sign(beta0) * dbeta0, jnp.abs(dbeta0))
@@ -321,10 +323,11 @@ def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
 
 def rescaled_field(tau, theta, args):
     """One point, a margin loss, any parametrisation: ``dtheta/dtau = m(theta~)`` with
-    ``m = y x G(theta)`` (``G`` :meth:`samflow.model.Model.jacobian`, padding rows masked)
-    and ``theta~ = theta + rho eps``; the ascent is ``-m`` for a scale-invariant rule,
-    else ``-|l'(z)| m`` with ``|l'(z)|`` the loss's :meth:`samflow.losses.MarginLoss.rate`
-    (docs/theory.md §3, §10). ``args``: ``(problem, mask, rho, rule, model)``."""
+    ``m = y x G(theta)`` (``G`` :meth:`samflow.model.Model.jacobian`, padding rows masked) and
+    ``theta~ = theta + rho eps``; the ascent is ``-m`` for a scale-invariant rule, else ``-|l'(z)|
+    m`` with ``|l'(z)|`` the loss's :meth:`samflow.losses.MarginLoss.rate`
+    (docs/theory/flows.md#rescaled-flows, docs/theory/models.md#parametrisations-and-losses).
+    ``args``: ``(problem, mask, rho, rule, model)``."""
     problem, mask, rho, rule, model = args
     yx = problem.y[0] * problem.X[0]
 
@@ -438,8 +441,8 @@ def advance_path(
     the last, so at most ``d - 1`` crossings). When: each crossing is refined on the
     cubic Hermite interpolant of the difference of the two ``log |beta|`` (values and
     rates at both ends, :func:`_hermite_crossing`), an error fourth order in the step
-    length instead of the line's second order (docs/theory.md §6); without rates the
-    line's crossing is kept. Refined times never go back: each is at least the one
+    length instead of the line's second order (docs/theory/regimes.md#definitions); without rates
+    the line's crossing is kept. Refined times never go back: each is at least the one
     before it in the step. A path without a leader yet (a tie at the start) takes the
     leader at ``t1``, as does one whose envelope disagrees with ``l1`` in the last bit.
     """
@@ -630,8 +633,9 @@ class Formulated(NamedTuple):
         speed: solved time = ``speed * tau``.
         certify: ``y -> (code, winner)``, the certificate of a state
             (:meth:`samflow.rules.BalancedFlow.fate`), or None.
-        singular: whether the solve follows the finite-time singularities of docs/theory.md
-            §4 (a collapse event at ``beta -> 0``, the blow-up edge lowered for L >= 3):
+        singular: whether the solve follows the finite-time singularities of
+        docs/theory/balanced.md#balanced-initialisation (a collapse event at ``beta -> 0``, the
+        blow-up edge lowered for L >= 3):
             the model's :attr:`samflow.model.Model.closed_forms`. Elsewhere only the
             overflow guard stops it.
     """
@@ -682,8 +686,8 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
     elif form != "linear":  # the rule's closed form, balanced start: state u [d]
         mu = problem.X[0]
         # (u, rho) -> (c u, c rho) maps a balanced solution at tau to one at c^(2-L) tau
-        # (docs/theory.md §4.6). At L >= 3 the closed forms are solved with a largest
-        # alpha above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and
+        # (docs/theory/balanced.md#scale-invariance). At L >= 3 the closed forms are solved with a
+        # largest alpha above 1 scaled to 1: from alpha = 300 the blow-up comes at tau ~ 1e-3 and
         # the solver could not start. (Small alphas are left alone: at L = 8, alpha =
         # 1e-8 the time factor would be 1e-48.) Scaled: tau_s = speed * tau; the state is
         # mapped back at the end.

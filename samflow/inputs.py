@@ -28,13 +28,13 @@ DTYPES = ("float64", "float32")
 PARAMETRIZATIONS = ("product", "u2-v2", "uv")
 """The names of the built-in parametrisations (:mod:`samflow.parametrizations`, the
 command line's choices), here so that a name is checked before JAX loads: the diagonal
-network's predictor (docs/theory.md §10): ``product`` beta = w^(1) ... w^(L) (the
-paper's, any depth); ``u2-v2`` beta = u^2 - v^2 and ``uv`` beta = u v (two rows u, v:
+network's predictor (docs/theory/models.md#parametrisations-and-losses): ``product`` beta = w^(1)
+... w^(L) (the paper's, any depth); ``u2-v2`` beta = u^2 - v^2 and ``uv`` beta = u v (two rows u, v:
 depth 2)."""
 LOSSES = ("logistic", "exponential", "squared")
 """The names of the built-in per-point losses (:mod:`samflow.losses`): ``logistic`` and
 ``exponential`` of the margin y <beta, x> (labels in {-1, +1}); ``squared`` (1/2)(<beta,
-x> - y)^2 with real y (docs/theory.md §10)."""
+x> - y)^2 with real y (docs/theory/models.md#parametrisations-and-losses)."""
 MAX_HESSIAN = 512
 """Largest Hessian (``L_max * d`` rows) whose top eigenvalue a run solves exactly at
 every record (``sharpness``): the solve costs ``(L d)^3``. Compiling does not grow with
@@ -212,7 +212,7 @@ def check_flag(name: str, value) -> bool:
 
 def check_major(mu: np.ndarray, name: str = "mu") -> None:
     """Refuse a ``mu`` ``[d]`` (or rows ``[k, d]``) whose largest entry is tied: the major
-    coordinate, ``argmax_j mu_j``, names the regimes (docs/theory.md §6)."""
+    coordinate, ``argmax_j mu_j``, names the regimes (docs/theory/regimes.md#definitions)."""
     rows = np.atleast_2d(mu)
     tied = np.sum(rows == rows.max(axis=1, keepdims=True), axis=1) > 1
     if np.any(tied):

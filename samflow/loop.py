@@ -37,7 +37,7 @@ class Network(NamedTuple):
             ``[d, *batch]`` for the balanced one (:func:`samflow.balanced.network`).
         step: ``(t, state, key) -> (state, lprime_abs)``: step number ``t`` (from 0),
             this step's PRNG key (None unless the rule is random); ``lprime_abs``
-            ``[*batch]`` is the rescaling factor of the step (docs/theory.md §3).
+            ``[*batch]`` is the rescaling factor of the step (docs/theory/flows.md#rescaled-flows).
         beta: ``state -> [d, *batch]`` the predictor.
         loss: ``state -> [*batch]`` the loss.
         theta: ``state -> [L_max, d, *batch]`` the parameters.

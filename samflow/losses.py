@@ -1,4 +1,5 @@
-"""Per-point losses of the prediction, and how to write your own (docs/theory.md §10).
+"""Per-point losses of the prediction, and how to write your own
+(docs/theory/models.md#parametrisations-and-losses).
 
 The training loss is the mean over the ``n`` data points of ``l(p_i, y_i)``, with the
 prediction ``p_i = <beta, x_i>``. The engine needs ``l`` and its first two derivatives
@@ -10,15 +11,15 @@ A *margin* loss (:class:`MarginLoss`) is ``l(p, y) = phi(z)`` of the margin ``z 
 with labels ``y`` in {-1, +1}, ``phi`` decreasing and convex: subclass it and write
 ``phi`` with its derivatives in ``z``. With one data point the gradient is ``phi'(z)``
 times a vector that does not depend on the loss, so (capabilities the engine takes
-from ``margin``, docs/theory.md §3) time is rescaled by ``|phi'(z)|``, a
+from ``margin``, docs/theory/flows.md#rescaled-flows) time is rescaled by ``|phi'(z)|``, a
 scale-invariant rule's ascent direction needs no ``phi'`` at all, and the regimes of
-§6 apply on the product network. Any other loss (``margin = False``) runs in plain
-time ``t = eta * steps``.
+docs/theory/regimes.md#definitions apply on the product network. Any other loss (``margin =
+False``) runs in plain time ``t = eta * steps``.
 
 One more capability: ``closed_forms`` (:data:`LOGISTIC`) says that the perturbation
 rules' balanced closed forms, the flow's singular edges (collapse, blow-up) and its
-certificates (docs/theory.md §3, §4) were derived for this loss on the product
-network, so the flow solver may use them.
+certificates (docs/theory/flows.md#rescaled-flows, docs/theory/balanced.md#balanced-initialisation)
+were derived for this loss on the product network, so the flow solver may use them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class MarginLoss(Loss):
         return value, y * slope, curve
 
     def rate(self, z: Array) -> Array:
-        """``|phi'(z)|``: the factor by which one point's time is rescaled (§3)."""
+        """``|phi'(z)|``: the factor by which one point's time is rescaled
+        (docs/theory/flows.md#rescaled-flows)."""
         return -self.phi(z)[1]
 
 

@@ -1,4 +1,5 @@
-"""Linear diagonal networks and their losses (docs/theory.md §1, §7b and §10).
+"""Linear diagonal networks and their losses (docs/theory/setting.md#setting,
+docs/theory/numerics.md#depth-in-one-program and docs/theory/models.md#parametrisations-and-losses).
 
 A :class:`Model` is a parametrisation (:mod:`samflow.parametrizations`: how ``beta`` is
 made from ``theta``) and a loss (:mod:`samflow.losses`), each an object a user may write;
@@ -133,7 +134,7 @@ class DiagAux(NamedTuple):
     Fields:
         loss: ``[*batch]`` loss at the evaluated parameters.
         lprime_abs: ``[*batch]`` ``|l'(z)|`` when time is rescaled (one point, a margin
-            loss: the rescaling factor of docs/theory.md §3); else 1.
+            loss: the rescaling factor of docs/theory/flows.md#rescaled-flows); else 1.
     """
 
     loss: Array
@@ -152,7 +153,7 @@ def loss(theta: Array, problem: Problem) -> Array:
 def grad_and_aux(theta: Array, problem: Problem, mask: Array | None) -> tuple[Array, DiagAux]:
     """The gradient of the paper's model (:meth:`Model.grad_and_aux` of :data:`DEFAULT`):
     ``dLoss/dw^(l)_j = (1/n) sum_i l'(z_i) y_i x_ij prod_{k != l} w^(k)_j`` with ``l'(z) =
-    -sigmoid(-z)`` (docs/theory.md §1); ``mask`` from :func:`layer_mask`, or None when
+    -sigmoid(-z)`` (docs/theory/setting.md#setting); ``mask`` from :func:`layer_mask`, or None when
     no row is padding."""
     return DEFAULT.grad_and_aux(theta, problem, mask)
 
@@ -164,7 +165,7 @@ def ascent_direction(theta: Array, problem: Problem, mask: Array | None) -> Arra
 
 
 def major_coordinate(problem: Problem) -> int:
-    """The major coordinate (1-based) of ``problem`` (docs/theory.md §6).
+    """The major coordinate (1-based) of ``problem`` (docs/theory/regimes.md#definitions).
 
     One point: ``argmax_j mu_j``. ``n`` points: the coordinate of the largest ``|beta_j|``
     in the l1 max-margin direction ``argmax_{||beta||_1 <= 1} min_i y_i <x_i, beta>``
@@ -260,8 +261,9 @@ class Model:
     @property
     def closed_forms(self) -> bool:
         """Whether the paper's closed forms hold (the balanced flows and steps of the
-        rules, the flow's singular edges and certificates, docs/theory.md §3-§4): the
-        product network (``layered``) with a loss that declares them (logistic)."""
+        rules, the flow's singular edges and certificates, docs/theory/flows.md#rescaled-flows
+        and docs/theory/balanced.md#balanced-initialisation): the product network
+        (``layered``) with a loss that declares them (logistic)."""
         return self.parametrization.layered and self.loss.closed_forms
 
     @property
@@ -271,12 +273,13 @@ class Model:
 
     @property
     def classifies(self) -> bool:
-        """Whether the regimes of docs/theory.md §6 apply: the product network with a
-        margin loss. Elsewhere no regime is given (the variables are absent)."""
+        """Whether the regimes of docs/theory/regimes.md#definitions apply: the product network
+        with a margin loss. Elsewhere no regime is given (the variables are absent)."""
         return self.parametrization.layered and self.loss.margin
 
     def rescales(self, n: int) -> bool:
-        """Whether time is rescaled (docs/theory.md §3): one point and a margin loss."""
+        """Whether time is rescaled (docs/theory/flows.md#rescaled-flows): one point and a margin
+        loss."""
         return n == 1 and self.loss.margin
 
     def beta(self, theta: Array) -> Array:
@@ -331,9 +334,9 @@ class Model:
         """One point, margin loss: ``-y x_j G[l, j]``, the gradient over ``|l'(z)|``.
 
         With one point the gradient is ``l'(z) y x G`` and ``l'(z) < 0``, so this is a
-        positive multiple of it (docs/theory.md §3). A scale-invariant perturbation rule
-        gets the same ``eps`` from it without evaluating ``l'(z)``: the ascent step
-        costs no sigmoid, and the direction survives where ``l'(z)`` underflows.
+        positive multiple of it (docs/theory/flows.md#rescaled-flows). A scale-invariant
+        perturbation rule gets the same ``eps`` from it without evaluating ``l'(z)``: the ascent
+        step costs no sigmoid, and the direction survives where ``l'(z)`` underflows.
         """
         if problem.X.shape[0] != 1 or not self.loss.margin:
             raise ValueError("ascent_direction needs one data point and a margin loss")

@@ -3,7 +3,7 @@
 NumPy and SciPy only: these are the independent answers the engine's flows are tested
 against (``tests/test_oracles.py``) and that the ``kernel_rich`` and
 ``saddle_to_saddle`` figures draw. The statements and references are in
-docs/theory.md §11.
+docs/theory/oracles.md#oracles.
 
 Setting: regression data ``X`` ``[n, d]`` (``n < d``, full row rank), real ``y``
 ``[n]``, the squared loss ``L(beta) = (1/(2n)) ||X beta - y||_2^2``, whose gradient is

@@ -1,5 +1,5 @@
 """Parametrisations of a diagonal linear network, and how to write your own
-(docs/theory.md §10).
+(docs/theory/models.md#parametrisations-and-losses).
 
 A parametrisation says how the predictor ``beta`` ``[d]`` is made from the parameters
 ``theta`` ``[rows, d]``, coordinate by coordinate: ``beta_j`` depends on the column
@@ -29,8 +29,9 @@ object declares it:
 
 - ``layered`` (:data:`PRODUCT`): the network is a product of layers ``w^(1) ...
   w^(L)``, the paper's network. Its depth may vary inside one program (rows past the
-  depth are ones, :func:`samflow.model.layer_mask`), and its regimes (§6) and the
-  perturbation rules' balanced closed forms (§3) are written for it.
+  depth are ones, :func:`samflow.model.layer_mask`), and its regimes
+  (docs/theory/regimes.md#definitions) and the perturbation rules' balanced closed forms
+  (docs/theory/flows.md#rescaled-flows) are written for it.
 - ``log_gd`` (:data:`U2_V2`): gradient descent from a balanced start has a closed form
   in log space (:class:`LogGradientFlow`), which the flow solver integrates instead of
   ``theta``.
@@ -100,7 +101,7 @@ def pair_products(theta: Array) -> Array:
 class LogGradientFlow:
     """Gradient descent from a balanced start ``a`` ``[d]`` in closed form: the parameters
     are ``theta(R, a)`` with ``dR/dt = c(beta)``, ``c = grad_beta Loss`` ``[d]``, so the
-    solver integrates ``R`` ``[d]`` from 0 (docs/theory.md §10).
+    solver integrates ``R`` ``[d]`` from 0 (docs/theory/models.md#parametrisations-and-losses).
 
     Attributes:
         theta: ``(R, a) -> theta`` ``[rows, d]``.
@@ -248,7 +249,8 @@ class UTimesV(Parametrization):
         return jnp.stack([jnp.stack([zero, one]), jnp.stack([one, zero])])
 
     def start(self, theta0: np.ndarray) -> np.ndarray:
-        """``u = alpha``, ``v = 0``: ``beta(0) = 0`` (docs/theory.md §10)."""
+        """``u = alpha``, ``v = 0``: ``beta(0) = 0``
+        (docs/theory/models.md#parametrisations-and-losses)."""
         theta0 = np.array(theta0, dtype=np.float64)
         theta0[1] = 0.0
         return theta0

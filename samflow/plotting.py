@@ -76,7 +76,8 @@ def timeline(ds: xr.Dataset, ax_share=None, ax_loss=None, title: str | None = No
             f"{a.get('method')}, L = {a.get('depth')}, {where}, {start_label(a)}, "
             f"rho = {a.get('rho')}, {a.get('mode')}: {a.get('regime_meaning', '?')}"
         )
-        if "regime_meaning" not in a:  # a model without regimes (docs/theory.md §10)
+        # A model without regimes (docs/theory/models.md#parametrisations-and-losses).
+        if "regime_meaning" not in a:
             model = f"{a.get('parametrization', 'product')}, {a.get('loss', 'logistic')} loss"
             title = title.replace(": ?", f": {model}")
     ax_share.set_title(title, fontsize=10)
@@ -319,7 +320,8 @@ def boundary_figure(ds: xr.Dataset):
     """Every edge against the first grid axis (log-log), other axes at their first value.
 
     For balanced l2-SAM on one point the closed-form sequential/direct edge of
-    docs/theory.md §4.4 (L = 2) and §4.4b (any L >= 2) is drawn beside the measured one.
+    docs/theory/balanced.md#direct-edge-depth-2 (L = 2) and
+    docs/theory/balanced.md#direct-edge-any-depth (any L >= 2) is drawn beside the measured one.
     """
     names = [a for a in ds.attrs.get("axes", "").split() if a]
     if not names:
@@ -353,7 +355,7 @@ def boundary_figure(ds: xr.Dataset):
             color="black",
             ls=":",
             lw=1.5,
-            label=rf"closed form $\rho M^*/(\sqrt{{{int(depth)}}}\|\mu\|)$ (theory §4.4b)",
+            label=rf"closed form $\rho M^*/(\sqrt{{{int(depth)}}}\|\mu\|)$",
         )
     ax.set_yscale("log")
     if is_log_axis(xs):

@@ -1,6 +1,6 @@
 """Floating-point precision without touching the user's global JAX configuration.
 
-The diagonal engine computes in float64 by default (docs/theory.md §7: discrete
+The diagonal engine computes in float64 by default (docs/theory/numerics.md#numerics: discrete
 logistic training underflows in float32 in the collapse regime). Importing samflow
 does NOT call ``jax.config.update("jax_enable_x64", True)``, which would silently
 change every other JAX program in the same process. Instead each public entry point

@@ -1,4 +1,4 @@
-"""Regime classification of a trajectory (docs/theory.md §6), from its leader path.
+"""Regime classification of a trajectory (docs/theory/regimes.md#definitions), from its leader path.
 
 The **leader** ``D = argmax_j |beta_j|`` (1..d; 0 where the largest ``|beta_j|`` is
 shared or beta is 0, :func:`leader`) is followed between the steps of a run, whatever
@@ -7,8 +7,8 @@ the records: the discrete runner checks it after every step
 (:class:`samflow.flows.LeaderWatch`). Each change is appended to a
 :class:`LeaderPath` (the leaders in order, with the ``tau`` and step at which each
 took the lead). A regime is a statement about the limit, so it is given only where
-the run's *fate* is decided (:mod:`samflow.fate`: an event or a certificate; docs/
-theory.md, "Labels of the limit"):
+the run's *fate* is decided (:mod:`samflow.fate`: an event or a certificate;
+docs/theory/regimes.md#labels-of-the-limit):
 
 - ``FAILED`` (-1): a NaN or overflow in a record inside the horizon, or the solver failed;
 - ``COLLAPSE`` (1): beta tends to 0 (the collapse event or a certificate; discrete runs
@@ -61,11 +61,11 @@ FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_los
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
     "unresolved: the run's fate was not decided where it stopped (no collapse or "
-    "blow-up event, no certificate of the limit; docs/theory.md, Labels of the limit); "
+    "blow-up event, no certificate of the limit; docs/theory/regimes.md#labels-of-the-limit); "
     "unresolved_reason says how it stood, leader_path and stop_leader what was seen"
 )
 PATH_HOW = (
-    "from the leader path of a run whose fate is decided (docs/theory.md section 6), "
+    "from the leader path of a run whose fate is decided (docs/theory/regimes.md#definitions), "
     "major = argmax_j mu_j: direct, the "
     "major leads throughout; sequential, minor coordinates lead first and the major takes "
     "over once, at the end; returned, the major leads, loses the lead and ends leading "
@@ -189,7 +189,8 @@ def path_enter(path: LeaderPath, new: Array, tau: Array, step: Array, major: Arr
 
 def singular_log_range(dtype) -> float:
     """How far, in ``log |beta|``, a finite-time singularity is followed in ``dtype``
-    (docs/theory.md §3.2): beyond ~0.45 log(1/eps) the dtype no longer resolves it."""
+    (docs/theory/flows.md#stopping-events): beyond ~0.45 log(1/eps) the dtype no longer resolves
+    it."""
     return 0.45 * float(-np.log(np.finfo(np.dtype(dtype)).eps))
 
 
@@ -228,7 +229,7 @@ def path_observer(major: Array) -> StepObserver:
 
 def path_regime(path: LeaderPath, major: Array) -> Array:
     """The regime a path names, for a run that neither failed, collapsed nor is
-    unresolved (docs/theory.md §6); ``UNRESOLVED`` where no coordinate ever led."""
+    unresolved (docs/theory/regimes.md#definitions); ``UNRESOLVED`` where no coordinate ever led."""
     at_major = path.lead == major
     return jnp.select(
         [
@@ -326,10 +327,10 @@ def finish(
     coordinate (1-based).
 
     ``fate`` ``[*batch]`` (:mod:`samflow.fate`) says what decided the run's future:
-    a regime is given only where it is decided (docs/theory.md, "Labels of the
-    limit"). ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``:
-    the regime the path names (:func:`path_regime`); ``OPEN``: unresolved.
-    ``collapse_by_records`` (discrete runs, whose iterates hover at a scale set by the
+    a regime is given only where it is decided (docs/theory/regimes.md#labels-of-the-limit).
+    ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``: the regime the path
+    names (:func:`path_regime`); ``OPEN``: unresolved. ``collapse_by_records`` (discrete runs,
+    whose iterates hover at a scale set by the
     step instead of reaching 0) also labels collapse where ``||beta(tau_T)||_1 <
     settings.collapse_factor * ||beta(0)||_1`` (``settings``: :class:`Classification`).
 

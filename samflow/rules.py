@@ -1,7 +1,7 @@
 """Perturbation rules: GD, l2-SAM, linf-SAM and USAM, and how to write your own.
 
 SAM evaluates the descent gradient at ``theta + rho * eps(g)``, ``g = grad Loss(theta)``
-(docs/theory.md §2). A rule is the map ``g -> eps`` over a parameter pytree:
+(docs/theory/setting.md#algorithms). A rule is the map ``g -> eps`` over a parameter pytree:
 
 ========== ============================== ======================================
 method     eps(g)                         note
@@ -20,7 +20,7 @@ takes a method name, so a new rule needs no edit of samflow::
 
 Beside each built-in rule stands the closed form of its flow from a balanced positive
 start on one point (:class:`BalancedFlow`), which the flow solver uses in log space
-(docs/theory.md §3); ``tests/test_rules.py`` checks each closed form against the
+(docs/theory/flows.md#rescaled-flows); ``tests/test_rules.py`` checks each closed form against the
 generic field built from ``direction``. A user rule without one is solved in the
 generic (linear) formulation.
 
@@ -125,13 +125,14 @@ def signed_int_pow(x: Array, k: Array | int) -> Array:
 class BalancedFlow:
     """Closed form of a rule's rescaled flow from a balanced positive start, one point.
 
-    Every real layer then stays equal to one vector ``u`` ``[d]`` (docs/theory.md §4);
-    the solver integrates ``y = log u`` (``formulation = "log"``) or ``y = u``
-    (``"linf"``) with ``field(tau, y, (mu, depth, rho)) -> dy/dtau``.
+    Every real layer then stays equal to one vector ``u`` ``[d]``
+    (docs/theory/balanced.md#balanced-initialisation); the solver integrates ``y = log u``
+    (``formulation = "log"``) or ``y = u`` (``"linf"``) with ``field(tau, y, (mu, depth, rho)) ->
+    dy/dtau``.
 
     ``fate(y, mu, depth, rho, eta=None) -> (code, winner)`` (optional) is the rule's
-    *certificate* (docs/theory.md §6.1): a condition on the state ``y`` ``[d]`` that
-    provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
+    *certificate* (docs/theory/regimes.md#labels-of-the-limit): a condition on the state ``y``
+    ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
     certified; ``LEADS``: coordinate ``winner`` (1-based), once it leads, leads for
     ever; ``COLLAPSE``: beta tends to 0, or for a discrete run stays in a ball around 0
     set by the step; ``FINITE``: beta tends to a finite nonzero point). ``eta`` (a
@@ -158,7 +159,7 @@ def _log_form(
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
-    Derivation (docs/theory.md §3): with ``m_j = mu_j u_j^(L-1)`` and
+    Derivation (docs/theory/flows.md#rescaled-flows): with ``m_j = mu_j u_j^(L-1)`` and
     ``eps = -c m`` (``c >= 0``), ``w~_j = u_j - rho c mu_j u_j^(L-1) = u_j (1 - r_j)``,
     ``r_j = rho mu_j u_j^(L-2) c``, so ``du_j/dtau = mu_j w~_j^(L-1)`` gives
     ``ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1)`` for ``s = log u``. ``log_c(log_mu,
@@ -179,8 +180,8 @@ def _log_form(
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
     def fate(s, mu, depth, rho, eta=None):
-        """Certificate of the log form (docs/theory.md §6.1), for the rules whose ``c``
-        does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
+        """Certificate of the log form (docs/theory/regimes.md#labels-of-the-limit), for the rules
+        whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
         ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
 
         L = 1: the field is ``mu`` whatever the perturbation, so the major, once it
@@ -252,7 +253,7 @@ def _linf_field(tau, u, args):
 
     For even L a coordinate below rho falls to 0, where the sign flips and the field
     points back to 0 from both sides (Filippov sliding): 0 is absorbing, the field is
-    set to 0 there (docs/theory.md §4).
+    set to 0 there (docs/theory/balanced.md#balanced-initialisation).
     """
     mu, depth, rho = args
     grows = (u > 0) | (depth % 2 == 1)
@@ -260,7 +261,7 @@ def _linf_field(tau, u, args):
 
 
 def _linf_fate(u, mu, depth, rho, eta=None):
-    """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory.md, "Certificates").
+    """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory/regimes.md#labels-of-the-limit).
 
     L = 1: the field is ``mu``: LEADS, winner the major. Otherwise the excess
     ``v = u - rho`` keeps its sign (``u = rho`` is a fixed point), for flows only:
@@ -310,8 +311,8 @@ class PerturbationRule:
             (norms are per batch element). A zero gradient should give a zero eps.
             ``eps`` has the structure, shapes and dtypes of ``g``.
         scale_invariant: ``eps(c g) = eps(g)`` for every ``c > 0``. Then, for one data
-            point, the loss factors out of the dynamics (docs/theory.md §3) and the
-            engine takes ``eps`` from the gradient without its loss factor. False (the
+            point, the loss factors out of the dynamics (docs/theory/flows.md#rescaled-flows) and
+            the engine takes ``eps`` from the gradient without its loss factor. False (the
             safe default) always uses the true gradient.
         balanced: closed form of the flow from a balanced positive start (or None).
         random: ``direction`` is ``(g, batch_ndim, key, step) -> eps``: it also gets a

@@ -128,8 +128,9 @@ class Discrete:
             :class:`LogSpaced` or :class:`At` (step indices). Record 0 is the initial
             state (step 0), and the last step is always recorded.
         batch: minibatch size: each step uses ``batch`` examples drawn without
-            replacement, a fresh random subset every step (docs/theory.md §12). None
-            (default): every example, today's deterministic step.
+            replacement, a fresh random subset every step
+            (docs/theory/stochastic.md#stochastic-steps). None (default): every example, today's
+            deterministic step.
         m: m-sharpness: the (mini)batch is cut into groups of ``m`` examples, each
             group perturbed with its own ``eps_k`` and the descent gradient the mean of
             the groups' gradients at their perturbed points. None (default): one group
@@ -245,8 +246,8 @@ class Flow:
         max_steps: cap on solver steps; reaching it is reported as a failure.
         formulation: ``auto`` (log space for a balanced positive start on one point,
             where the rule has a closed form; else linear), or ``log``, ``linf``,
-            ``linear`` forced (docs/theory.md §3).
-        tau_cap: run to the fate (docs/theory.md, "Labels of the limit"): a run whose
+            ``linear`` forced (docs/theory/flows.md#rescaled-flows).
+        tau_cap: run to the fate (docs/theory/regimes.md#labels-of-the-limit): a run whose
             fate is not decided at ``tau_max`` goes on, unrecorded, until it is (an
             event or a certificate) or until ``tau_cap`` (> ``tau_max``); its leader
             path, stop and label are those of the longer run, its records end at

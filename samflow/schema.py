@@ -17,7 +17,7 @@ A variable's dims may start with :data:`GRID`, the file's grid dims: the sweep's
 A dtype of :data:`FLOAT` is the run's precision (the ``dtype`` attribute). Text
 attributes are templates filled from the file's attributes: ``{match_loss:g}``,
 ``{tau_name}`` (rescaled time for one point, the plain time ``eta * steps`` for n > 1
-points: docs/theory.md §3), and ``{j}`` in a name declared as ``alpha_{j}``.
+points: docs/theory/flows.md#rescaled-flows), and ``{j}`` in a name declared as ``alpha_{j}``.
 
 Adding a variable is one entry in the table of its kind (:data:`POINT` for the
 per-point results trajectories and sweeps share), and a new dim one entry for its
@@ -112,8 +112,8 @@ class Attribute:
 
 def classified(attrs: Mapping[str, object]) -> bool:
     """Whether a file's model gives regimes: the product network with a margin loss
-    (docs/theory.md §10); a file says its model in ``parametrization`` and ``loss``
-    where it is not the default."""
+    (docs/theory/models.md#parametrisations-and-losses); a file says its model in
+    ``parametrization`` and ``loss`` where it is not the default."""
     return named_classifies(attrs.get("parametrization", "product"), attrs.get("loss", "logistic"))
 
 
@@ -288,7 +288,8 @@ def _dtype(var: Variable, run_dtype: str) -> np.dtype | None:
 
 def _attrs(var: Variable, context: Mapping[str, object]) -> dict:
     """``var``'s CF attributes, text templates filled from ``context`` (file attributes)."""
-    # Time is rescaled for one point and a margin loss (docs/theory.md §3, §10).
+    # Time is rescaled for one point and a margin loss (docs/theory/flows.md#rescaled-flows,
+    # docs/theory/models.md#parametrisations-and-losses).
     one = int(context.get("n_points", 1)) == 1 and context.get("loss") != "squared"
     fields = {
         "loss_name": context.get("loss", "logistic"),
@@ -487,7 +488,7 @@ POINT = {
         "leading coordinates in the order they took the lead (0: unused)",
         attrs={
             "comment": "found between the steps of the run, whatever the records "
-            f"(docs/theory.md section 6); more than {MAX_LEADERS} leads keep the first "
+            f"(docs/theory/regimes.md#definitions); more than {MAX_LEADERS} leads keep the first "
             f"{MAX_LEADERS - 1} and the last"
         },
     ),
@@ -565,7 +566,10 @@ POINT = {
         FLOAT,
         "largest eigenvalue of the Hessian of the training loss in theta",
         when="sharpness",
-        attrs={"comment": "of the L d x L d Hessian, to the dtype's precision (theory.md 10.4)"},
+        attrs={
+            "comment": "of the L d x L d Hessian, to the dtype's precision "
+            "(docs/theory/models.md#summaries-and-sharpness)"
+        },
     ),
     "hessian_trace": Variable(
         (GRID, "time"),

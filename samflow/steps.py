@@ -1,7 +1,7 @@
 """One SAM step over any parameter pytree, the perturbation rule a parameter.
 
 A step is ``theta <- theta - eta * grad Loss(theta + rho * eps(g))`` with
-``g = grad Loss(theta)`` (docs/theory.md §2); ``eps`` is the rule's
+``g = grad Loss(theta)`` (docs/theory/setting.md#algorithms); ``eps`` is the rule's
 (:mod:`samflow.rules`): GD, l2-SAM, linf-SAM, USAM or one of your own.
 
 The step works on any parameter pytree: the diagonal network (one array) and the
@@ -28,7 +28,8 @@ GradFn = Callable[[PyTree], tuple[PyTree, Any]]
 
 
 class Groups(NamedTuple):
-    """m-sharpness (docs/theory.md §12): the step's examples cut into ``G`` groups.
+    """m-sharpness (docs/theory/stochastic.md#stochastic-steps): the step's examples cut into ``G``
+    groups.
 
     Fields:
         grad_fn: ``(params, group) -> (grads, aux)``: the gradient of one group's loss

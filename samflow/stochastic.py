@@ -1,4 +1,5 @@
-"""Stochastic steps: minibatches, m-sharpness groups and label noise (docs/theory.md §12).
+"""Stochastic steps: minibatches, m-sharpness groups and label noise
+(docs/theory/stochastic.md#stochastic-steps).
 
 One mechanism for every discrete runner (:func:`samflow.discrete.simulate`, the
 diagonal engine; :func:`samflow.fit`, any pytree): the record loop hands each step its

@@ -1,8 +1,8 @@
 """Summaries for regression (and any model), taken at every record of a run.
 
 What a researcher on implicit bias reads off a diagonal network besides its loss
-(docs/theory.md §10.4): ``l1_norm`` ``||beta||_1``, ``l2_norm`` ``||beta||_2``,
-``n_active`` (coordinates with ``|beta_j| > active_threshold``), ``test_error``
+(docs/theory/models.md#summaries-and-sharpness): ``l1_norm`` ``||beta||_1``, ``l2_norm``
+``||beta||_2``, ``n_active`` (coordinates with ``|beta_j| > active_threshold``), ``test_error``
 ``||beta - beta*||_2^2`` against a ground truth, and the ``sharpness`` (the largest
 eigenvalue of the Hessian of the training loss in the network's parameters) with the
 Hessian's trace (:meth:`samflow.model.Model.sharpness`).

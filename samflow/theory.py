@@ -1,4 +1,5 @@
-"""Closed forms of docs/theory.md §4 (balanced initialisation, one point x = mu).
+"""Closed forms of docs/theory/balanced.md#balanced-initialisation (balanced initialisation, one
+point x = mu).
 
 Balanced means every layer equals the same vector ``alpha`` ``[d]`` (or a scalar);
 all layers then stay equal to ``u(tau)`` and ``beta = u^L``. These functions are the
@@ -67,8 +68,8 @@ LIMIT_FINITE = -2
 def linf_limit_index(alpha, mu, rho: float, depth: int = 2) -> int:
     """Limit of balanced linf-SAM on one point (Corollary 3.5), a label 1..d, 0 or -2.
 
-    Derivation (docs/theory.md §4.2). While ``u > 0``, ``sign(m_j) = +1`` and the
-    excess ``v_j = u_j - rho`` obeys the GD flow ``dv_j/dtau = mu_j v_j^(L-1)``:
+    Derivation (docs/theory/balanced.md#balanced-linf-sam). While ``u > 0``, ``sign(m_j) = +1`` and
+    the excess ``v_j = u_j - rho`` obeys the GD flow ``dv_j/dtau = mu_j v_j^(L-1)``:
 
     - ``alpha_j > rho``: ``v_j`` grows, like ``exp(mu_j tau)`` at L = 2, and for
       L >= 3 blows up at ``tau_j* = (alpha_j - rho)^-(L-2) / ((L-2) mu_j)``. The
@@ -110,7 +111,8 @@ def l2sam_l1_u(alpha, mu, tau) -> np.ndarray:
 
 
 def l2sam_l2_alpha_bounds(mu, rho: float) -> tuple[float, float]:
-    """Instantaneous bounds at tau = 0 for uniform alpha, L = 2 (docs/theory.md §4.3).
+    """Instantaneous bounds at tau = 0 for uniform alpha, L = 2
+    (docs/theory/balanced.md#balanced-l2-sam).
 
     With ``N_0 = sqrt(2) alpha ||mu||`` and ``d log u_j/dtau = mu_j (1 - rho mu_j / N)``:
     every coordinate shrinks when ``alpha < rho mu_min / (sqrt(2) ||mu||)`` (collapse
@@ -126,7 +128,8 @@ def l2sam_l2_alpha_bounds(mu, rho: float) -> tuple[float, float]:
 def l2sam_l2_direct_edge(mu, rho: float) -> float:
     """Exact sequential/direct edge in uniform alpha for balanced l2-SAM at L = 2.
 
-    Derivation (docs/theory.md §4.4). With every layer equal to ``u`` the flow is
+    Derivation (docs/theory/balanced.md#direct-edge-depth-2). With every layer equal to ``u`` the
+    flow is
     ``d log u_j/dtau = g_j = mu_j (1 - rho mu_j / N)``, ``N = ||m||_2 =
     sqrt(2 sum_k mu_k^2 u_k^2)``. For two coordinates
 
@@ -188,8 +191,8 @@ def _direct_edge_m(a: float, b: float, depth: int) -> float:
 def l2sam_direct_edge(mu, rho: float, depth: int) -> float:
     """The sequential/direct edge in uniform alpha of balanced l2-SAM on one point, any L.
 
-    Derivation (docs/theory.md §4.4b). From a uniform balanced start ``u = alpha`` the
-    state is ``u`` ``[d]``, ``beta = u^L``, and (docs/theory.md §3.1)
+    Derivation (docs/theory/balanced.md#direct-edge-any-depth). From a uniform balanced start ``u =
+    alpha`` the state is ``u`` ``[d]``, ``beta = u^L``, and (docs/theory/flows.md#log-space-form)
 
         d log u_j / dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1),
         r_j = rho mu_j u_j^(L-2) / N,   N = sqrt(L sum_k mu_k^2 u_k^(2L-2)).
@@ -223,19 +226,20 @@ def l2sam_direct_edge(mu, rho: float, depth: int) -> float:
        ``x < M`` and f falls beyond M, so ``d`` never leads at 0+ there. At odd L
        ``f >= 0`` rises again beyond ``M``, and ``d`` can lead at 0+ for small alpha
        (every ``mu_j > M``): a lead at the start that is observed to be lost later
-       (docs/theory.md §5), which this edge does not describe.
+       (docs/theory/regimes.md#three-regimes), which this edge does not describe.
 
     So ``alpha* = rho M* / (sqrt(L) ||mu||_2)``: for ``alpha > alpha*`` the major leads
     at tau = 0+, for ``alpha`` between ``rho a / (sqrt(L) ||mu||)`` and ``alpha*`` it
     does not (the runner-up grows faster), and at ``alpha*`` the two tie at first order.
 
     *What is proven*: leading at 0+ is necessary for a direct run, so no run with
-    ``a < M < M*`` is direct; at L = 2 it is also sufficient (docs/theory.md §4.4:
-    ``N`` only grows above the edge). *Observed* at L >= 3: above ``alpha*`` the major
-    keeps the lead (the upper direct edge of :func:`samflow.boundary` at
-    L = 2..6 equals ``alpha*`` to the bisection tolerance, ``tests/test_theory.py``).
-    For mu = (1, 2, 3, 4), rho = 0.1: 0.0904, 0.1103, 0.1272, 0.1422, 0.1557 at
-    L = 2..6. Linear in rho (docs/theory.md §4.6) and unchanged by ``mu -> s mu``.
+    ``a < M < M*`` is direct; at L = 2 it is also sufficient
+    (docs/theory/balanced.md#direct-edge-depth-2: ``N`` only grows above the edge). *Observed* at L
+    >= 3: above ``alpha*`` the major keeps the lead (the upper direct edge of
+    :func:`samflow.boundary` at L = 2..6 equals ``alpha*`` to the bisection tolerance,
+    ``tests/test_theory.py``). For mu = (1, 2, 3, 4), rho = 0.1: 0.0904, 0.1103, 0.1272, 0.1422,
+    0.1557 at L = 2..6. Linear in rho (docs/theory/balanced.md#scale-invariance) and unchanged by
+    ``mu -> s mu``.
 
     Args:
         mu: ``[d]`` the data point, every entry > 0, d >= 2, largest entry unique.

@@ -3,9 +3,9 @@
 For one setting (method, depth, mu, rho) :func:`validity_map` runs the flow to its fate
 at every alpha (one vmapped call) and the discrete runs over the grid (eta, alpha) (one
 vmapped call, a record every step), then asks of every discrete run whether it agrees
-with the flow on (docs/theory.md §13):
+with the flow on (docs/theory/validity.md#flow-validity):
 
-- ``regime``: the label of the limit (docs/theory.md §6.1);
+- ``regime``: the label of the limit (docs/theory/regimes.md#labels-of-the-limit);
 - ``path``: the leader path;
 - ``handoffs``: the hand-off times in rescaled time, within ``handoff_rtol`` of the
   flow's plus the discrete detection delay (a leader check every 4 steps);
@@ -48,19 +48,19 @@ CATAPULT_FACTOR = 2.0
 """Catapult: the loss rises above this many times its running minimum and later falls
 back below that minimum."""
 HANDOFF_RTOL = 0.1
-"""Relative tolerance of a hand-off time (docs/theory.md §13: the first-order error of
-the iterates, 0.5 eta relative in beta, moves a hand-off by about eta / s, s the slope of
+"""Relative tolerance of a hand-off time (docs/theory/validity.md#flow-validity: the first-order
+error of the iterates, 0.5 eta relative in beta, moves a hand-off by about eta / s, s the slope of
 the crossing; a tenth of the hand-off time is where a timeline reads differently)."""
 CHECK_EVERY = 4
-"""Discrete leader checks come every this many steps (docs/theory.md §6): a hand-off is
-late by fewer than 4 steps' increments of tau, added to the tolerance."""
+"""Discrete leader checks come every this many steps (docs/theory/regimes.md#definitions): a
+hand-off is late by fewer than 4 steps' increments of tau, added to the tolerance."""
 EDGE = 2.0
 """Each edge of stability is met where its index (``eta lambda_max`` for GD) reaches 2."""
 TAU_CAP_FACTOR = 100.0
 """The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``)."""
 TAU_COVER_MIN = 5.0
 """Rescaled time the smallest eta covers at least: room after the last hand-off for the
-discrete run to meet its certificate (docs/theory.md §6.1)."""
+discrete run to meet its certificate (docs/theory/regimes.md#labels-of-the-limit)."""
 
 
 def validity_map(
@@ -199,8 +199,8 @@ def compare(flow: xr.Dataset, disc: xr.Dataset, handoff_rtol: float = HANDOFF_RT
     past_blowup = tau_end >= flow["blowup_tau"].values
     complete = (d_regime != 0) | past_blowup
     path, handoffs, shift = _paths(flow, disc, tau.values, tau_end, complete, handoff_rtol)
-    # Past a blow-up the regime is read from the path (docs/theory.md §6), the limit is
-    # the leader at the end.
+    # Past a blow-up the regime is read from the path (docs/theory/regimes.md#definitions), the
+    # limit is the leader at the end.
     regime = np.where(past_blowup & (d_regime == 0), path, regime)
     d_lead = disc["stop_leader"].values
     limit = np.where(past_blowup & (d_regime == 0), (d_lead == f_limit).astype(np.int8), limit)
@@ -285,7 +285,8 @@ def discrete_behaviour(
     regime: xr.DataArray | None = None,
     reached: xr.DataArray | None = None,
 ) -> xr.DataArray:
-    """CF flag masks of what only the discrete map does, per run (docs/theory.md §13).
+    """CF flag masks of what only the discrete map does, per run
+    (docs/theory/validity.md#flow-validity).
 
     Args:
         beta: ``[..., time, coord]``, a record every step.
@@ -333,8 +334,9 @@ def _longest_run(flags: np.ndarray) -> np.ndarray:
 def gradient_norm(beta: np.ndarray, mu: np.ndarray, depth: int) -> np.ndarray:
     """``||grad Loss||_2`` ``[...]`` of a balanced state from its beta ``[..., d]``.
 
-    Every layer has ``|u_j| = |beta_j|^(1/L)``, so (docs/theory.md §1, §3.1)
-    ``||g|| = |l'(z)| sqrt(L sum_j mu_j^2 |beta_j|^(2 (L - 1) / L))``, ``z = <mu, beta>``.
+    Every layer has ``|u_j| = |beta_j|^(1/L)``, so (docs/theory/setting.md#setting,
+    docs/theory/flows.md#log-space-form) ``||g|| = |l'(z)| sqrt(L sum_j mu_j^2 |beta_j|^(2 (L - 1)
+    / L))``, ``z = <mu, beta>``.
     """
     z = beta @ mu
     m2 = depth * np.sum(mu**2 * np.abs(beta) ** (2.0 * (depth - 1) / depth), axis=-1)
@@ -345,8 +347,8 @@ def edge_indices(disc: xr.Dataset, method: str, depth: int, mu: np.ndarray, rho)
     """The largest index of GD's and of the method's edge of stability along each run.
 
     GD: ``eta lambda``; USAM: ``eta lambda (1 + rho lambda)``; l2-SAM: ``eta lambda
-    (1 + rho lambda / ||g||)`` (docs/theory.md §13); an edge is met where its index
-    reaches 2. ``lambda`` is the top Hessian eigenvalue at each record.
+    (1 + rho lambda / ||g||)`` (docs/theory/validity.md#flow-validity); an edge is met where its
+    index reaches 2. ``lambda`` is the top Hessian eigenvalue at each record.
     """
     lam = disc["sharpness"].where(disc["reached"] > 0)
     eta = disc["eta"]

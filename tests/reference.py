@@ -1,4 +1,5 @@
-"""Independent NumPy float64 reference: plain loops over the formulas of docs/theory.md §1, 2 and 6.
+"""Independent NumPy float64 reference: plain loops over the formulas of
+docs/theory/setting.md#setting, 2 and 6.
 
 Nothing here imports samflow: it is the yardstick the engine is measured against.
 """
@@ -82,10 +83,10 @@ def summarize(
     fate=0,
     collapse_by_records=False,
 ):
-    """docs/theory.md §6 for one trajectory ``beta`` ``[T, d]``, by plain loops, with the
-    leader path read from the records, ``major`` the major coordinate (1-based) and
+    """docs/theory/regimes.md#definitions for one trajectory ``beta`` ``[T, d]``, by plain loops,
+    with the leader path read from the records, ``major`` the major coordinate (1-based) and
     ``fate`` what decided the run (0 open, 1 settled, 2 collapse, 3 finite, 4 blow-up:
-    docs/theory.md §6.1; a regime only where it is decided).
+    docs/theory/regimes.md#labels-of-the-limit; a regime only where it is decided).
 
     Returns the same names as ``samflow.regimes.summarize`` (per-record ``dominant``).
     """

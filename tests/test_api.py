@@ -267,8 +267,9 @@ def test_a_user_rule_runs_everywhere(runner):
     if runner.mode == "flow":  # no closed form: the generic field in theta space
         assert theirs.attrs["flow_formulation"] == "linear"
     np.testing.assert_allclose(theirs["beta"].values, mine["beta"].values, rtol=1e-6)
-    # A rule of yours declares no certificate of its limit (docs/theory.md §6.1): its
-    # run is labelled where an event decides it, else unresolved, with the same path.
+    # A rule of yours declares no certificate of its limit
+    # (docs/theory/regimes.md#labels-of-the-limit): its run is labelled where an event decides it,
+    # else unresolved, with the same path.
     assert int(theirs["regime"]) in (int(mine["regime"]), UNRESOLVED)
     np.testing.assert_array_equal(theirs["leader_path"].values, mine["leader_path"].values)
     axes = {"alpha": [0.2, 0.6, 1.5]}

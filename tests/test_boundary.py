@@ -32,7 +32,8 @@ def edges():
 
 
 def test_direct_edge_is_the_closed_form(edges):
-    """docs/theory.md §4.4: alpha* = rho (mu_d + mu_{d-1}) / (sqrt 2 ||mu||), 0.9037 here."""
+    """docs/theory/balanced.md#direct-edge-depth-2: alpha* = rho (mu_d + mu_{d-1}) / (sqrt 2
+    ||mu||), 0.9037 here."""
     for rho in (0.5, 1.0):
         exact = l2sam_l2_direct_edge(MU, rho)
         found = float(edges["alpha_direct"].sel(rho=rho))
@@ -42,7 +43,7 @@ def test_direct_edge_is_the_closed_form(edges):
 
 def test_edges_scale_with_rho(edges):
     """(u, rho) -> (c u, c rho) leaves the balanced l2-SAM flow unchanged up to time
-    (docs/theory.md §4.6): both edges are proportional to rho."""
+    (docs/theory/balanced.md#scale-invariance): both edges are proportional to rho."""
     for name in ("alpha_collapse", "alpha_direct"):
         v = edges[name].values
         assert abs(v[1] / v[0] - 2.0) < 1e-5, name
@@ -58,7 +59,8 @@ def test_edges_agree_with_a_dense_map(edges):
     # collapse exactly below the collapse edge, direct exactly above the direct edge
     np.testing.assert_array_equal(regime == COLLAPSE, alphas < a_c)
     np.testing.assert_array_equal(regime == DIRECT, alphas >= a_d)
-    assert abs(a_c - 0.3841) < 1e-3  # the collapse edge measured in docs/theory.md §4
+    # The collapse edge measured in docs/theory/regimes.md#three-regimes.
+    assert abs(a_c - 0.3841) < 1e-3
     for kind in ("collapse", "direct"):
         np.testing.assert_array_equal(edges[f"n_edges_{kind}"].values, 1)
         np.testing.assert_array_equal(edges[f"why_nan_{kind}"].values, FOUND)
@@ -222,7 +224,8 @@ def test_cli_writes_the_edges(edges, tmp_path, capsys):
 
 def test_a_mu_axis_gives_each_direction_its_own_edge():
     """``mu_set`` with a ``mu`` axis: the direct edge of every row is its closed form,
-    and scaling a row (mu -> s mu, docs/theory.md §4.6) leaves its edges alone."""
+    and scaling a row (mu -> s mu, docs/theory/balanced.md#scale-invariance) leaves its edges
+    alone."""
     mus = np.array([[1.0, 2.0], [1.0, 5.0], [3.0, 15.0]])  # row 2 = 3 x row 1
     ds = samflow.boundary(
         "sam-l2",
@@ -237,7 +240,8 @@ def test_a_mu_axis_gives_each_direction_its_own_edge():
     found = ds["alpha_direct"].values
     exact = [l2sam_l2_direct_edge(m, 1.0) for m in mus]
     # bisection to 1e-4 relative; the lead below the edge ends later than the first
-    # record (tau = 0.01) only within ~1e-3 of it (docs/theory.md §4.4), hence 2e-3
+    # record (tau = 0.01) only within ~1e-3 of it (docs/theory/balanced.md#direct-edge-depth-2),
+    # hence 2e-3
     np.testing.assert_allclose(found, exact, rtol=2e-3)
     # Row 2 runs row 1's flow three times faster, so its horizon reaches tau = 300 of
     # row 1: the collapse edge (read at the horizon) could move, but only where a

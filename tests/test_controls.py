@@ -1,7 +1,8 @@
-"""Controls beyond the paper (docs/theory.md §9): at L = 1 on many points GD, l2-SAM and
-linf-SAM find the hard-margin SVM direction (solved here by SciPy, independently of
-samflow); the no-loss-factor USAM control of the ``usam`` figure follows the balanced
-flow derived in §9.1, in its closed form, in the generic field and in discrete steps."""
+"""Controls beyond the paper (docs/theory/controls.md#controls): at L = 1 on many points GD, l2-SAM
+and linf-SAM find the hard-margin SVM direction (solved here by SciPy, independently of samflow);
+the no-loss-factor USAM control of the ``usam`` figure follows the balanced flow derived in
+docs/theory/controls.md#normalisation-or-shrinkage, in its closed form, in the generic field and in
+discrete steps."""
 
 import numpy as np
 from scipy.integrate import solve_ivp
@@ -58,8 +59,8 @@ def test_depth1_gd_and_sams_find_the_svm_direction():
     """GD (l2-SAM with rho = 0: eps is scaled by rho), l2-SAM and linf-SAM at L = 1.
 
     Discrete runs, eta = 0.5 for 20,000 steps (t = 1e4): 1 - cos falls like 1/log(t)^2
-    at worst (docs/theory.md §9.2), and here, with the other points well beyond the
-    margin, the runs pass the figure's 0.999 by a wide margin (about 0.99997). Discrete,
+    at worst (docs/theory/controls.md#depth-1-many-points), and here, with the other points well
+    beyond the margin, the runs pass the figure's 0.999 by a wide margin (about 0.99997). Discrete,
     not flows: on these data the linf-SAM flow's sign switches exhaust the adaptive
     solver (it reaches max_steps near t = 20), while the discrete iterates step over them.
     """
@@ -89,7 +90,8 @@ def test_depth1_gd_and_sams_find_the_svm_direction():
 
 
 def rescaled_rhs(mu, rho):
-    """docs/theory.md §9.1 at L = 2: ``du_j/dtau = mu_j (1 - rho mu_j) u_j``."""
+    """docs/theory/controls.md#normalisation-or-shrinkage at L = 2: ``du_j/dtau = mu_j (1 - rho
+    mu_j) u_j``."""
     return lambda tau, u: mu * (1 - rho * mu) * u
 
 

@@ -1,5 +1,5 @@
-"""Labels of the limit (docs/theory.md §6.1): a regime only where the run's fate is
-decided, so that no longer run contradicts it."""
+"""Labels of the limit (docs/theory/regimes.md#labels-of-the-limit): a regime only where the run's
+fate is decided, so that no longer run contradicts it."""
 
 import numpy as np
 import pytest
@@ -116,10 +116,10 @@ def test_discrete_labels_are_not_contradicted_by_more_steps():
 
 
 def test_odd_depth_linf_below_rho_is_a_finite_limit():
-    """linf-SAM at L = 3 with every alpha_j < rho: each u_j creeps up to rho (docs/theory.md
-    §4.2), beta -> rho^3 (1, 1, 1, 1). The engine names it from its certificate, and its
-    records follow the closed form v = u - rho = v0 / (1 - mu v0 tau) (dv/dtau = mu v^2,
-    written here) to the solver's tolerance."""
+    """linf-SAM at L = 3 with every alpha_j < rho: each u_j creeps up to rho
+    (docs/theory/balanced.md#balanced-linf-sam), beta -> rho^3 (1, 1, 1, 1). The engine names it
+    from its certificate, and its records follow the closed form v = u - rho = v0 / (1 - mu v0 tau)
+    (dv/dtau = mu v^2, written here) to the solver's tolerance."""
     alpha, rho = np.array([0.3, 0.2, 0.4, 0.1]), 0.5
     for tau_max in (50.0, 1000.0):
         ds = samflow.trajectory(

@@ -63,7 +63,8 @@ def test_gd_depth3_blowup_time(formulation):
 def test_log_l2_flow_matches_solve_ivp():
     alpha, rho = np.array([0.5, 0.6, 0.4, 0.5]), 1.0
 
-    def rhs(tau, u):  # docs/theory.md §4, L = 2, written in linear space
+    # docs/theory/balanced.md#balanced-initialisation, L = 2, written in linear space
+    def rhs(tau, u):
         N = np.sqrt(2 * np.sum(MU**2 * u**2))
         return MU * u * (1 - rho * MU / N)
 

@@ -1,7 +1,7 @@
 """Hand-offs found from the dynamics, and labels that do not depend on how one looks.
 
-References: the L = 2 l2-SAM balanced flow of docs/theory.md §4.3 integrated by SciPy
-(its own field, written here), GD's closed form, and the NumPy float64 iterates of
+References: the L = 2 l2-SAM balanced flow of docs/theory/balanced.md#balanced-l2-sam integrated by
+SciPy (its own field, written here), GD's closed form, and the NumPy float64 iterates of
 ``tests/reference.py``.
 """
 
@@ -47,12 +47,13 @@ def _path(ds):
 
 
 def test_flow_handoff_times_match_an_independent_integration():
-    """mu = (1, 2, 3, 4), alpha = 0.5, rho = 1: leaders 2, 3, 4 (docs/theory.md §4.4).
+    """mu = (1, 2, 3, 4), alpha = 0.5, rho = 1: leaders 2, 3, 4
+    (docs/theory/balanced.md#direct-edge-depth-2).
 
     Tolerance: the hand-off is placed on the cubic Hermite interpolant of the log-ratio
-    over one accepted step (docs/theory.md §6): measured 5.8e-7 in tau here at rtol
-    1e-8 (the linear crossing of before: 8.6e-4); 3e-5 / slope is the bound of §6,
-    about 3e-5 here (slopes about 1 per unit tau).
+    over one accepted step (docs/theory/regimes.md#definitions): measured 5.8e-7 in tau here at rtol
+    1e-8 (the linear crossing of before: 8.6e-4); 3e-5 / slope is the bound of
+    docs/theory/regimes.md#definitions, about 3e-5 here (slopes about 1 per unit tau).
     """
     mu, alpha, rho = (1.0, 2.0, 3.0, 4.0), 0.5, 1.0
     want_leaders, want_tau = _l2sam_l2_leaders(mu, alpha, rho, 10.0)
@@ -73,10 +74,10 @@ def test_flow_handoff_times_match_an_independent_integration():
 
 def _l2sam_leaders_any_depth(mu, alpha, rho, L, tau_max):
     """Leaders, hand-off times and the log-ratio's slope at each hand-off of the
-    balanced l2-SAM flow at depth L, by SciPy (written here from docs/theory.md §3.1):
-    ``s = log u``, ``ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1)``, ``r_j = rho mu_j
-    u_j^(L-2) / N``, ``N = sqrt(L sum_k mu_k^2 u_k^(2L-2))`` (a log-sum-exp), i.e.
-    ``du_j/dtau = mu_j w~_j^(L-1)`` with ``w~_j = u_j - rho mu_j u_j^(L-1) / N``;
+    balanced l2-SAM flow at depth L, by SciPy (written here from
+    docs/theory/flows.md#log-space-form): ``s = log u``, ``ds_j/dtau = mu_j u_j^(L-2) (1 -
+    r_j)^(L-1)``, ``r_j = rho mu_j u_j^(L-2) / N``, ``N = sqrt(L sum_k mu_k^2 u_k^(2L-2))`` (a
+    log-sum-exp), i.e. ``du_j/dtau = mu_j w~_j^(L-1)`` with ``w~_j = u_j - rho mu_j u_j^(L-1) / N``;
     ``log|beta_j| = L s_j``. DOP853 at rtol 1e-12, atol 1e-14 (s is O(1)) with dense
     output, stopped where samflow's blow-up edge ``log max beta = L/(L-2) R`` is
     reached; leaders on a fine grid, each crossing refined by brentq on the dense
@@ -119,7 +120,8 @@ def _l2sam_leaders_any_depth(mu, alpha, rho, L, tau_max):
     return leaders, np.array(taus), np.array(slopes)
 
 
-EDGE_L2 = 0.999 * 7.0 / np.sqrt(60.0) * 0.1  # 0.999 x the exact edge of §4.4 at rho 0.1
+# 0.999 x the exact edge of docs/theory/balanced.md#direct-edge-depth-2 at rho 0.1
+EDGE_L2 = 0.999 * 7.0 / np.sqrt(60.0) * 0.1
 
 
 @pytest.mark.parametrize(
@@ -138,14 +140,14 @@ def test_flow_handoff_times_hold_their_bound_at_every_depth(L, alpha, rho, tau_m
     3, 4), at L = 2, 3, 4, including shallow crossings (the log-ratio's slope down to
     0.019 per unit tau) and a hand-off inside the first step of a tied start.
 
-    Tolerance: a crossing is placed on the cubic Hermite interpolant of the log-ratio
-    ``D = log|beta_b / beta_a|`` over one accepted step (docs/theory.md §6), so its
-    error is the error of ``D`` there (interpolation and the solver's own, rtol 1e-8)
-    divided by the slope ``|dD/dtau|``. Measured: that error of ``D`` is at most 5e-6
-    away from a blow-up and 1.9e-5 at the last case's second hand-off, 0.9 before its
-    blow-up where the states are large (hand-offs off by 5.8e-7 .. 1.1e-4 in tau; the
-    linear crossings of before were off by up to 4.4e-2); the bound of §6 is
-    3e-5 / slope, floored at 1e-6 (a steep crossing, to the solver's resolution)."""
+    Tolerance: a crossing is placed on the cubic Hermite interpolant of the log-ratio ``D =
+    log|beta_b / beta_a|`` over one accepted step (docs/theory/regimes.md#definitions), so its error
+    is the error of ``D`` there (interpolation and the solver's own, rtol 1e-8) divided by the slope
+    ``|dD/dtau|``. Measured: that error of ``D`` is at most 5e-6 away from a blow-up and 1.9e-5 at
+    the last case's second hand-off, 0.9 before its blow-up where the states are large (hand-offs
+    off by 5.8e-7 .. 1.1e-4 in tau; the linear crossings of before were off by up to 4.4e-2); the
+    bound of docs/theory/regimes.md#definitions is 3e-5 / slope, floored at 1e-6 (a steep crossing,
+    to the solver's resolution)."""
     mu = (1.0, 2.0, 3.0, 4.0)
     want_leaders, want_tau, slope = _l2sam_leaders_any_depth(mu, alpha, rho, L, tau_max)
     ds = samflow.trajectory(
@@ -310,8 +312,8 @@ def test_the_overflow_guard_stop_is_where_it_stopped():
 
 @pytest.mark.parametrize("alpha", [300.0, 1000.0])
 def test_large_alpha_at_depth_3_is_a_blowup_not_a_failure(alpha):
-    """GD, L = 3: tau_j* = 1 / (alpha mu_j) (docs/theory.md §4.1), 8.3e-4 at alpha 300,
-    before the first save time. Tolerance 1e-4 relative: the stop is where the level
+    """GD, L = 3: tau_j* = 1 / (alpha mu_j) (docs/theory/balanced.md#balanced-gd), 8.3e-4 at alpha
+    300, before the first save time. Tolerance 1e-4 relative: the stop is where the level
     crosses the blow-up edge, e^-16 short of tau* in units of the field's scale."""
     ds = samflow.trajectory("gd", depth=3, mu=MU, alpha=alpha, runner=samflow.Flow(tau_max=50))
     assert not ds.attrs["solver_failed"] and ds.attrs["blowup"]

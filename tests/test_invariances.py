@@ -1,4 +1,5 @@
-"""The two invariances of balanced l2-SAM on one point (docs/theory.md §4.6), on sweeps.
+"""The two invariances of balanced l2-SAM on one point (docs/theory/balanced.md#scale-invariance),
+on sweeps.
 
 ``(u, rho) -> (c u, c rho)`` leaves time alone at L = 2 and scales beta by ``c^2``;
 ``mu -> s mu`` runs the same trajectory ``s`` times faster (``tau -> tau / s``). Checked

@@ -1,6 +1,6 @@
-"""Parametrisations, losses and their summaries (docs/theory.md §10) against references
-the engine did not produce: NumPy float64 steps and gradients written here, SciPy's
-``solve_ivp`` for the flows, ``jax.hessian`` and NumPy finite differences for the
+"""Parametrisations, losses and their summaries (docs/theory/models.md#parametrisations-and-losses)
+against references the engine did not produce: NumPy float64 steps and gradients written here,
+SciPy's ``solve_ivp`` for the flows, ``jax.hessian`` and NumPy finite differences for the
 Hessian."""
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def _solve(par, loss, th, X, y, method, rho, times, formulation="auto"):
 def test_flow_fields_match_numpy(par, loss):
     """The fields the flows solve, for every parametrisation x loss: the SAM gradient
     flow ``-grad Loss(w + rho g/||g||)`` in plain time, and for a margin loss on one
-    point the rescaled one, ``-grad Loss(w~) / |l'(z~)|`` (docs/theory.md §3)."""
+    point the rescaled one, ``-grad Loss(w~) / |l'(z~)|`` (docs/theory/flows.md#rescaled-flows)."""
     from samflow.flows import plain_field, rescaled_field
 
     X, y, th = _problem(par, loss, seed=7)
@@ -418,8 +418,8 @@ def test_squared_loss_on_one_point_is_allowed():
 def test_default_sweep_key_is_unchanged():
     """The paper's model keeps its sweep key when options are added, so stores resume; it
     changed on purpose with the meaning of its labels (``LABELS``: labels of the limit,
-    docs/theory.md §6.1; key 7dca2231ec6b9a49 before, commit 850addb), and with the key's
-    format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
+    docs/theory/regimes.md#labels-of-the-limit; key 7dca2231ec6b9a49 before, commit 850addb), and
+    with the key's format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
     81fb7a2dbd049a4a before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)

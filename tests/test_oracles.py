@@ -1,5 +1,5 @@
 """The oracles of ``samflow.oracles`` against independent solutions, and the limits they
-must reach (docs/theory.md §11).
+must reach (docs/theory/oracles.md#oracles).
 
 - Woodworth et al. 2020: the dual Newton solve of ``argmin Q_alpha`` s.t. ``X beta = y``
   against a primal solve by SciPy (``trust-constr`` on ``Q_alpha`` with the equality

@@ -1,4 +1,5 @@
-"""The streaming regime summaries against the plain-loop reference of docs/theory.md §6."""
+"""The streaming regime summaries against the plain-loop reference of
+docs/theory/regimes.md#definitions."""
 
 from __future__ import annotations
 

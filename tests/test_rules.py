@@ -2,8 +2,8 @@
 
 ``samflow.flows`` integrates a rule's ``BalancedFlow`` (log space, or the linf form)
 whenever the start is balanced and positive. Those fields are derived by hand
-(docs/theory.md §3-4), so they are checked here against the field the engine builds
-from the rule's ``direction`` alone, for every method and depth they serve, and the
+(docs/theory/flows.md#rescaled-flows-4), so they are checked here against the field the engine
+builds from the rule's ``direction`` alone, for every method and depth they serve, and the
 two formulations are checked to give the same trajectories.
 """
 

@@ -8,7 +8,7 @@
 - Corollary 3.5 (L = 2, 3, 4): the limit of balanced linf-SAM on one point is
   ``e_j*``, ``j* = argmax{mu_j (alpha_j - rho)^(L-2) : alpha_j > rho}``, on 200 random
   alpha vectors, against that closed form (``samflow.theory.linf_limit_index``, whose
-  derivation docs/theory.md §4.2 gives) recomputed here in NumPy.
+  derivation docs/theory/balanced.md#balanced-linf-sam gives) recomputed here in NumPy.
 
 Each prints the fraction that agrees (``pytest -s``); the thresholds say why they are
 what they are. Directional convergence is slow (``1 - cos ~ 1/log(t)^2`` at L = 1,

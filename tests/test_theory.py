@@ -1,5 +1,6 @@
-"""The exact sequential/direct edge of balanced l2-SAM at L = 2 (docs/theory.md §4.4)
-and its closed form at every depth (§4.4b).
+"""The exact sequential/direct edge of balanced l2-SAM at L = 2
+(docs/theory/balanced.md#direct-edge-depth-2) and its closed form at every depth
+(docs/theory/balanced.md#direct-edge-any-depth).
 
 Checked against computations samflow does not make: the hand value of the formula, an
 independent SciPy float64 integration of the balanced flow in log space, and the
@@ -126,7 +127,8 @@ def test_growth_rate_gap_identity():
         np.testing.assert_allclose(g - g[-1], gap, rtol=1e-10, atol=1e-12)
 
 
-# --- the direct edge at every depth (docs/theory.md §4.4b) ---------------------------
+# --- the direct edge at every depth (docs/theory/balanced.md#direct-edge-any-depth)
+# ---------------------------
 
 
 def _f(x, M, L):
@@ -211,7 +213,7 @@ def test_direct_edge_is_the_upper_edge_samflow_boundary_finds_at_l_2_to_6():
     [0.03, 0.5] is where the runs turn direct for good (the scan's top, 0.5, is direct
     at every L and rho, checked); it is the closed form. Lower edges that may appear at
     L >= 3 (one at L = 5, rho = 0.2, alpha 0.045) are starts the major leads at 0+ and
-    loses later (§4.4b, step 4), past this test.
+    loses later (docs/theory/balanced.md#direct-edge-any-depth, step 4), past this test.
 
     Tolerance 3e-6 relative: bisection on log alpha to rtol 1e-6 (the reported
     midpoint is within 5e-7 of the true change), and the change itself is exact to

@@ -22,15 +22,15 @@ MU = (1.0, 2.0, 3.0, 4.0)
 def test_small_eta_end_agrees_with_the_flow(tmp_path):
     """Below a derived step size every criterion agrees.
 
-    Derivation (docs/theory.md §13), balanced L = 2: a step multiplies ``u_j`` by
+    Derivation (docs/theory/validity.md#flow-validity), balanced L = 2: a step multiplies ``u_j`` by
     ``1 + eta |l'| g_j`` with ``|g_j| <= mu_d = 4`` here and ``|l'| <= 1/2``, so no
     coordinate crosses 0 and no two swap order within one step while ``eta < 0.5``. The
-    iterates then carry the first-order error measured in docs/theory.md §3 (0.5 eta
-    relative in beta), which shifts a hand-off by about ``eta / s`` (``s >= 0.8`` the
-    slope of the crossing, §6): 0.05 at eta = 0.04, inside the tolerance ``0.1 tau_k``
-    plus the 4-step detection delay (``0.016 + 0.06`` for the earliest hand-off here,
-    tau = 0.16). Direct runs meet the leads certificate at any step size. So every eta
-    <= 0.04 agrees on all four criteria.
+    iterates then carry the first-order error measured in docs/theory/flows.md#rescaled-flows (0.5
+    eta relative in beta), which shifts a hand-off by about ``eta / s`` (``s >= 0.8`` the
+    slope of the crossing, docs/theory/regimes.md#definitions): 0.05 at eta = 0.04, inside the
+    tolerance ``0.1 tau_k`` plus the 4-step detection delay (``0.016 + 0.06`` for the earliest
+    hand-off here, tau = 0.16). Direct runs meet the leads certificate at any step size. So every
+    eta <= 0.04 agrees on all four criteria.
     """
     rho = 0.1
     ds = validity_map(

@@ -160,7 +160,11 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
             None,
             f"saved times, 0 and log-spaced ones (flow; default {Flow().n_records()})",
         ),
-        "formulation": (str, Flow, "flow: auto, log, linf or linear (docs/theory.md §3)"),
+        "formulation": (
+            str,
+            Flow,
+            "flow: auto, log, linf or linear (docs/theory/flows.md#rescaled-flows)",
+        ),
         "solver": (str, Flow, f"flow: {', '.join(SOLVERS)}"),
         "rtol": (finite_float, Flow, "flow tolerance"),
         "atol": (finite_float, Flow, "flow tolerance"),
@@ -204,7 +208,8 @@ def classification_from_args(args: argparse.Namespace) -> Classification:
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The model (docs/theory.md §10) and its summaries (``trajectory``, ``phase``)."""
+    """The model (docs/theory/models.md#parametrisations-and-losses) and its summaries
+    (``trajectory``, ``phase``)."""
     p.add_argument(
         "--loss",
         choices=inputs.LOSSES,
@@ -263,7 +268,7 @@ def model_from_args(args: argparse.Namespace) -> dict:
 
 def add_stochastic_args(p: argparse.ArgumentParser) -> None:
     """``--batch``, ``--m``, ``--label-noise`` (the discrete runner's stochastic steps)
-    and ``--seed`` (docs/theory.md §12)."""
+    and ``--seed`` (docs/theory/stochastic.md#stochastic-steps)."""
     p.add_argument(
         "--batch",
         type=integer("batch"),

@@ -19,7 +19,8 @@ def register(sub) -> None:
         "grid (eta, alpha), each in one vmapped call, and record whether they agree on the "
         "regime, the leader path, the hand-off times and the limit coordinate, what only "
         "the discrete map does (period-2 oscillation, catapult, divergence) and where each "
-        "run meets GD's and the method's edge of stability (docs/theory.md §13). "
+        "run meets GD's and the method's edge of stability "
+        "(docs/theory/validity.md#flow-validity). "
         "Python: samflow.validity.validity_map(...).",
     )
     p.add_argument("--method", choices=METHODS, default="sam-l2")

@@ -6,8 +6,8 @@ would spend nearly all their time compiling. The point runner caches one program
 :class:`samflow.engine.Setup` (rule, runner settings, dtype, what is kept), and
 :func:`sweep` feeds it inputs of a few standard shapes: the grid is cut into chunks
 of ``batch`` points (the last one padded), parameters are padded to ``layers`` layers
-of ones (docs/theory.md §7b: padding rows change nothing), and the record times are
-an argument of the program.
+of ones (docs/theory/numerics.md#depth-in-one-program: padding rows change nothing), and the record
+times are an argument of the program.
 
 It runs the sweep's own runner (:meth:`samflow.sweeps.spec.SweepSpec.points`,
 :func:`samflow.sweeps.store.in_memory`), not a copy of it or of the physics. It writes
@@ -65,8 +65,8 @@ def figure_spec(
 
     ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
     :attr:`samflow.BoundarySearch.cap_factor` (its default) times it (``tau_cap``), so
-    that the labels a figure draws are labels of the limit (docs/theory.md §6.1); off for
-    figures that draw no labels."""
+    that the labels a figure draws are labels of the limit
+    (docs/theory/regimes.md#labels-of-the-limit); off for figures that draw no labels."""
     if mode == "discrete":
         runner = Discrete(eta=eta, steps=steps, save=Every(record_every))
     else:

@@ -8,8 +8,9 @@ the flow blows up in finite time (white: after the blow-up; the black curve is t
 measured blow-up time). The strip right of each panel is the coordinate that wins:
 the one that blows up (read at ``tau = (1 - 1e-5) tau*`` from a rerun in time relative
 to the blow-up, ``_engine.up_to_blowup``), else the leader at the horizon tau = 40.
-Dashed (L >= 2): the closed-form edge ``alpha*(L)`` of docs/theory.md §4.4b, above
-which the major coordinate leads from tau = 0+ (``samflow.theory.l2sam_direct_edge``).
+Dashed (L >= 2): the closed-form edge ``alpha*(L)`` of
+docs/theory/balanced.md#direct-edge-any-depth, above which the major coordinate leads from tau = 0+
+(``samflow.theory.l2sam_direct_edge``).
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def draw(ds, codes, winner, blew):
         draw_categories(ax, codes[:, k, 1:], tau, alpha, colours)
         if blew[:, k].any():
             ax.plot(stop[blew[:, k], k], alpha[blew[:, k]], color="black", lw=1.5)
-        if L >= 2:  # the major leads from tau = 0+ above this (docs/theory.md §4.4b)
+        # The major leads from tau = 0+ above this (docs/theory/balanced.md#direct-edge-any-depth).
+        if L >= 2:
             edge = l2sam_direct_edge(MU, RHO, int(L))
             ax.axhline(edge, color="white", lw=2.6)
             ax.axhline(edge, color="black", lw=1.2, ls="--")

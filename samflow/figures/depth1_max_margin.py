@@ -8,10 +8,11 @@ only changes the speed, ``beta = alpha + tau mu`` in rescaled time for all three
 (white dotted: that closed form at each run's own tau, a check). L = 2 (right, the
 contrast): l2-SAM turns towards e_4, the l1 max-margin direction (cosine
 4/||mu|| = 0.73), GD too but more slowly, and linf-SAM to e_1 (cosine 0.18): only
-alpha_1 starts above rho (docs/theory.md §4, the initialisation-dependent limit).
+alpha_1 starts above rho (docs/theory/balanced.md#balanced-initialisation, the
+initialisation-dependent limit).
 
-Third panel: L = 1 on many points (docs/theory.md §9.2). n = 8 Gaussian points in
-d = 3 labelled by the teacher (1, -1, 0.5) (seed 0), balanced start alpha = 0.1,
+Third panel: L = 1 on many points (docs/theory/controls.md#depth-1-many-points). n = 8 Gaussian
+points in d = 3 labelled by the teacher (1, -1, 0.5) (seed 0), balanced start alpha = 0.1,
 the SAM gradient flows (plain time t, records log-spaced from t = 0.01) of GD (l2-SAM
 with rho = 0), l2-SAM and linf-SAM with rho = 0.2 (at rho = 0.5 the linf flow's solver
 runs out of steps, a sign switching). Each is compared with the hard-margin SVM

@@ -1,4 +1,4 @@
-"""Grad-CAM figure of GD vs l2-SAM for every image data set found (docs/theory.md §8).
+"""Grad-CAM figure of GD vs l2-SAM for every image data set found (docs/theory/images.md#images).
 
 For each of MNIST, SVHN and CIFAR-10 present in the data directory ($SAMFLOW_DATA, else
 the default of :func:`samflow.images.data.default_data_dir`), trains both methods with

@@ -2,8 +2,8 @@
 the direction of mu.
 
 Balanced l2-SAM at L = 2 on one point is invariant under ``(u, rho) -> (c u, c rho)``
-and under ``mu -> s mu`` with ``tau -> tau / s`` (docs/theory.md §4.6, derived there and
-checked in ``tests/test_invariances.py``): the regime depends only on ``alpha / rho``
+and under ``mu -> s mu`` with ``tau -> tau / s`` (docs/theory/balanced.md#scale-invariance, derived
+there and checked in ``tests/test_invariances.py``): the regime depends only on ``alpha / rho``
 and on ``mu / ||mu||``. The (alpha, rho) map of ``phase_l2`` is one-dimensional; this is
 the real phase diagram. Two one-parameter families of directions: ``mu = (1, m)`` in
 d = 2 (left) and ``mu = (1, 1 + s, 1 + 2 s, 1 + 3 s)`` in d = 4 (right; s = 1 is the
@@ -11,8 +11,9 @@ paper's (1, 2, 3, 4)). Markers: the edges that :func:`samflow.boundary` finds
 by bisection (flows to ``tau = 100``, the regime at the horizon) at two radii,
 rho = 0.5 (circles) and 2 (crosses), divided by rho: they coincide, as the invariance
 says. Dotted: the exact sequential/direct edge ``(mu_d + mu_{d-1}) / (sqrt(2) ||mu||)``
-(docs/theory.md §4.4); grey: the instantaneous collapse bound
-``mu_1 / (sqrt(2) ||mu||)`` (§4.3), below which collapse is proven.
+(docs/theory/balanced.md#direct-edge-depth-2); grey: the instantaneous collapse bound
+``mu_1 / (sqrt(2) ||mu||)`` (docs/theory/balanced.md#balanced-l2-sam), below which collapse is
+proven.
 """
 
 from __future__ import annotations
@@ -70,12 +71,18 @@ def run(quick: bool) -> dict:
         ds["direct_edge_exact"] = (
             "mu",
             [l2sam_l2_direct_edge(m, 1.0) for m in mus],
-            {"long_name": "exact sequential/direct edge alpha*/rho, docs/theory.md §4.4"},
+            {
+                "long_name": "exact sequential/direct edge alpha*/rho, "
+                "docs/theory/balanced.md#direct-edge-depth-2"
+            },
         )
         ds["collapse_bound"] = (
             "mu",
             [l2sam_l2_alpha_bounds(m, 1.0)[0] for m in mus],
-            {"long_name": "instantaneous collapse bound alpha/rho, docs/theory.md §4.3"},
+            {
+                "long_name": "instantaneous collapse bound alpha/rho, "
+                "docs/theory/balanced.md#balanced-l2-sam"
+            },
         )
         out[name] = ds
     return out
@@ -86,9 +93,7 @@ def draw(results: dict):
     for ax, (name, ds) in zip(axs, results.items(), strict=True):
         x = ds["parameter"].values
         ax.fill_between(x, 1e-3, ds["collapse_bound"].values, color="#DDDDDD", lw=0)
-        ax.plot(
-            x, ds["collapse_bound"].values, color="grey", lw=1, label="collapse proven below (§4.3)"
-        )
+        ax.plot(x, ds["collapse_bound"].values, color="grey", lw=1, label="collapse proven below")
         ax.plot(
             x,
             ds["direct_edge_exact"].values,

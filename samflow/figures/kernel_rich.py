@@ -12,9 +12,9 @@ perturbation for the whole batch, 1-SAM one per example, ``m = 1``). The step si
 is ``min(ETA, 1 / (8 alpha^2 max_i ||x_i||^2))`` at each alpha, the same for every
 method (stable for one example's Hessian ``8 alpha^2 x_i x_i^T`` in (u, v) at the
 start). Overlaid: Woodworth's interpolant ``argmin Q_alpha`` s.t. ``X beta = y``
-(:func:`samflow.oracles.woodworth_interpolant`, where gradient flow converges, docs/
-theory.md §11.1), the engine's own GD flow (log space, to t = 20000, alpha <= 1) on it, and the
-minimum-l1 and minimum-l2 interpolants (dashed and dotted).
+(:func:`samflow.oracles.woodworth_interpolant`, where gradient flow converges,
+docs/theory/oracles.md#kernel-and-rich-regimes), the engine's own GD flow (log space, to t = 20000,
+alpha <= 1) on it, and the minimum-l1 and minimum-l2 interpolants (dashed and dotted).
 
 Test error ``||beta - beta*||_2^2`` (the excess risk for isotropic Gaussian inputs,
 times 2); sharpness: the top eigenvalue of the training loss's Hessian in (u, v) at the

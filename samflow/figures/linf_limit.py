@@ -2,7 +2,7 @@
 
 Balanced initialisation ``w^(l) = (alpha_1, ..., alpha_d)`` in every layer; the maps
 (d = 2, mu = (1, 2), rho = 1) show which coordinate beta ends up along. Corollary 3.5
-(docs/theory.md §4.2, ``samflow.theory.linf_limit_index``): the excess
+(docs/theory/balanced.md#balanced-linf-sam, ``samflow.theory.linf_limit_index``): the excess
 ``alpha_j - rho`` obeys the GD flow, so coordinates above rho grow (L = 2, like
 ``exp(mu_j tau)``) or blow up (L >= 3, at ``tau_j* = (alpha_j - rho)^-(L-2) /
 ((L-2) mu_j)``), and the limit is ``e_j*``,
@@ -12,11 +12,11 @@ Below rho a coordinate falls to 0 for even L (collapse when all do) and creeps u
 rho for odd L (a finite limit). Dashed: these predicted boundaries,
 ``alpha_2 - rho = (alpha_1 - rho) (mu_1 / mu_2)^(1/(L-2))`` between the two races.
 
-Measured: the engine's label of the limit (``limit_coord``; docs/theory.md §6.1),
-each run taken to its fate (records to tau = 1000): L = 2 from the certificate of the
-excess' signs, a collapse, or the overflow guard; odd L "finite" from the certificate
-(every ``alpha_j <= rho``); L >= 3 otherwise the coordinate leading just before the
-blow-up (each blow-up rerun in time relative to it, see ``_engine.up_to_blowup``).
+Measured: the engine's label of the limit (``limit_coord``;
+docs/theory/regimes.md#labels-of-the-limit), each run taken to its fate (records to tau = 1000): L
+= 2 from the certificate of the excess' signs, a collapse, or the overflow guard; odd L "finite"
+from the certificate (every ``alpha_j <= rho``); L >= 3 otherwise the coordinate leading just
+before the blow-up (each blow-up rerun in time relative to it, see ``_engine.up_to_blowup``).
 
 Fourth panel: d = 3, mu = (1, 2, 3), random ``alpha`` (log-uniform in [0.2, 5], 96
 seeds, full 480), L = 2, 3, 4, the engine's limit (``limit_coord``, from the state at

@@ -79,7 +79,7 @@ def run(quick: bool) -> dict[str, xr.Dataset]:
 
 def measured(one: xr.Dataset) -> int:
     """The limit code of one start: the engine's ``limit_coord`` (a label of the limit,
-    the run taken to its fate; docs/theory.md §6.1)."""
+    the run taken to its fate; docs/theory/regimes.md#labels-of-the-limit)."""
     return int(one["limit_coord"])
 
 

@@ -8,8 +8,8 @@ v^2`` from ``u = v = alpha``, in the engine's log-space formulation, for alpha f
 them at times proportional to ``log(1/alpha)``, coordinates entering the support one at
 a time (Pesme & Flammarion 2023); the jump times ``T_k`` and the saddles come from their
 active-set algorithm, solved independently of the engine
-(:func:`samflow.oracles.saddle_to_saddle`, docs/theory.md §11.2) and drawn as dotted
-verticals.
+(:func:`samflow.oracles.saddle_to_saddle`, docs/theory/oracles.md#saddle-to-saddle) and drawn as
+dotted verticals.
 
 (a) ``|beta_j|`` against ``T = t / log(1/alpha)`` at alpha = 1e-8, the algorithm's
 saddles as black steps; (b) the loss for four alphas, converging to the algorithm's
@@ -18,8 +18,8 @@ staircase; (c) the size of the active set (``n_active``, ``|beta_j| > 1e-3``) ov
 leading coordinate ``argmax_j |beta_j|`` of the paper's l2-SAM flow (product network,
 L = 2, one point mu = (1, 2, 3, 4), rho = 1) against ``tau / log(1/alpha)``: its
 hand-offs do not scale with ``log(1/alpha)`` (at L = 2 the flow depends on
-``alpha / rho`` only, docs/theory.md §4.6, and collapses as alpha -> 0 at fixed rho).
-The u2-v2 leader is no use here: the first coordinate to enter leads throughout.
+``alpha / rho`` only, docs/theory/balanced.md#scale-invariance, and collapses as alpha -> 0 at
+fixed rho). The u2-v2 leader is no use here: the first coordinate to enter leads throughout.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ it the colour is the coordinate j with the largest |beta_j| at rescaled time tau
 Medium alpha climbs the staircase minor -> major (sequential amplification); small
 alpha collapses (grey); large alpha is led by the major coordinate 4 throughout, as
 GD is for every alpha (right panel: GD is the same program with rho = 0). Dashed:
-the collapse bound of docs/theory.md §4.3 (a bound, not the edge); dotted: the exact
-sequential/direct edge of §4.4; the strip between the panels is the measured regime
-of each row.
+the collapse bound of docs/theory/balanced.md#balanced-l2-sam (a bound, not the edge); dotted: the
+exact sequential/direct edge of docs/theory/balanced.md#direct-edge-depth-2; the strip between the
+panels is the measured regime of each row.
 """
 
 from __future__ import annotations

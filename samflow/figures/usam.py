@@ -10,9 +10,9 @@ on rho (and on alpha only through the margin z). Middle: the dominant coordinate
 early on (at tau = 0.1), which shows which coordinate is amplified first; right: the
 number of hand-offs of the dominant coordinate up to tau = 200.
 
-Bottom row, the control (docs/theory.md §9.1): ``eps = g / |l'(z)|``, USAM without
-the loss factor (neither normalised nor shrinking). At L = 2 its relative shift
-``rho mu_j`` is constant, so ``d log u_j / dtau = mu_j (1 - rho mu_j)`` and the leader,
+Bottom row, the control (docs/theory/controls.md#normalisation-or-shrinkage): ``eps = g /
+|l'(z)|``, USAM without the loss factor (neither normalised nor shrinking). At L = 2 its relative
+shift ``rho mu_j`` is constant, so ``d log u_j / dtau = mu_j (1 - rho mu_j)`` and the leader,
 ``argmax_j mu_j (1 - rho mu_j)``, never changes: minor coordinates can lead (for rho
 above ``1 / (mu_3 + mu_4)``) but there is no hand-off. The hand-offs of l2-SAM and USAM
 come from the shrinking of their perturbation relative to the weights (``1 / ||m||``
@@ -52,8 +52,9 @@ def _unnormalised_direction(g, batch_ndim: int = 0):
 def _nofactor_field(tau, s, args):
     """``ds_j/dtau = mu_j u_j^(L-2) (1 - rho mu_j u_j^(L-2))^(L-1)``, ``s = log u``.
 
-    docs/theory.md §9.1: ``eps = -m``, so ``w~_j = u_j (1 - r_j)`` with
-    ``r_j = rho mu_j u_j^(L-2)`` (§3.1 with ``c = 1``); at L = 2 the rate is constant.
+    docs/theory/controls.md#normalisation-or-shrinkage: ``eps = -m``, so ``w~_j = u_j (1 - r_j)``
+    with ``r_j = rho mu_j u_j^(L-2)`` (docs/theory/flows.md#log-space-form with ``c = 1``); at L =
+    2 the rate is constant.
     """
     mu, depth, rho = args
     power = jnp.exp((depth.astype(s.dtype) - 2) * s)  # u^(L-2)
@@ -69,7 +70,8 @@ USAM_NOFACTOR = PerturbationRule(
     scale_invariant=True,
     balanced=BalancedFlow("log", _nofactor_field),
 )
-"""The control of docs/theory.md §9.1: ``eps = g / |l'(z)|`` (one data point only)."""
+"""The control of docs/theory/controls.md#normalisation-or-shrinkage: ``eps = g / |l'(z)|`` (one
+data point only)."""
 
 TAU_MAX, TAU_EARLY = 200.0, 0.1
 METHODS = {

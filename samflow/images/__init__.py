@@ -1,4 +1,4 @@
-"""The image path: real-data check of docs/theory.md §8.
+"""The image path: real-data check of docs/theory/images.md#images.
 
 With a medium initialisation scale, l2-SAM makes a CNN attend to dark background and
 weak features that GD ignores. This subpackage makes that measurable:

@@ -281,9 +281,10 @@ def cnn_classifier(
 def diagonal_classifier(image_shape: tuple[int, int, int], alpha: float = 1.0) -> Classifier:
     """The L = 2 diagonal network on flattened pixels, ``theta`` ``[2, C*H*W]``.
 
-    Initialised balanced, ``w^(1) = w^(2) = alpha`` (docs/theory.md §4): the key is unused,
-    so every seed gives the same run when training is full batch. The gradient is the
-    engine's explicit one, :func:`samflow.model.grad_and_aux`.
+    Initialised balanced, ``w^(1) = w^(2) = alpha``
+    (docs/theory/balanced.md#balanced-initialisation): the key is unused, so every seed gives the
+    same run when training is full batch. The gradient is the engine's explicit one,
+    :func:`samflow.model.grad_and_aux`.
     """
     d = int(jnp.prod(jnp.array(image_shape)))
     depth = 2

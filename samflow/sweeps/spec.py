@@ -45,7 +45,7 @@ SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
 LABELS = "limit-1"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
-labelled under another meaning (before the labels of the limit, docs/theory.md) are
+labelled under another meaning (before docs/theory/regimes.md#labels-of-the-limit) are
 never resumed into a sweep of this one."""
 KEY_FORMAT = 2
 """The version of how :meth:`SweepSpec.key` is computed, part of it: 2 (issue 31) hashes
@@ -130,9 +130,10 @@ class SweepSpec:
         mu_set: rows for a ``mu`` axis.
         data: ``(X, y)`` as nested tuples (n points), or ``()``.
         pad_layers: pad parameters to at least this many layers (one program serves
-            several depths; padding rows change nothing, docs/theory.md §7b).
+            several depths; padding rows change nothing,
+            docs/theory/numerics.md#depth-in-one-program).
         parametrization, loss: the model (:data:`samflow.inputs.PARAMETRIZATIONS`,
-            :data:`samflow.inputs.LOSSES`; docs/theory.md §10).
+            :data:`samflow.inputs.LOSSES`; docs/theory/models.md#parametrisations-and-losses).
         summaries: the regression summaries taken at every record
             (:class:`samflow.Summaries`: ``l1_norm``, ``l2_norm``, ``n_active``;
             ``test_error``, set where ``beta_star`` is given; ``sharpness`` and
@@ -140,7 +141,7 @@ class SweepSpec:
         beta_star: the ground truth of ``test_error`` ``[d]``, or ``()``.
         seed: the seed of the stochastic steps (minibatches, label noise) where no axis
             sets it: a ``noise_seed`` axis, else a ``seed`` axis (which then keys both
-            the random initialisation and the steps) (docs/theory.md §12).
+            the random initialisation and the steps) (docs/theory/stochastic.md#stochastic-steps).
 
     Raises:
         InputError: a field of the wrong type or out of range, fields that conflict
