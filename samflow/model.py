@@ -324,10 +324,15 @@ class Model:
         network's by prefix and suffix products, exact where a weight is zero)."""
         p = self.predictions(theta, problem)
         n = p.shape[0]
-        value, d1, _ = self.loss.derivatives(p, problem.y)
+        if self.loss.margin:  # l' = y phi'(z) with phi' < 0: |l'| is -phi', no abs
+            value, slope, _ = self.loss.phi(problem.y * p)
+            d1, rate = slope * problem.y, -slope[0]
+        else:
+            value, d1, _ = self.loss.derivatives(p, problem.y)
+            rate = jnp.abs(d1[0])
         c = weighted_points(problem.X, d1) / n
         g = _masked(c[None] * self.jacobian(theta), mask)
-        rescale = jnp.abs(d1[0]) if self.rescales(n) else jnp.ones_like(p[0])
+        rescale = rate if self.rescales(n) else jnp.ones_like(p[0])
         return g, DiagAux(loss=sum_rows(value) / n, lprime_abs=rescale)
 
     def ascent_direction(self, theta: Array, problem: Problem, mask: Array | None) -> Array:
