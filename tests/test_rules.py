@@ -191,3 +191,14 @@ def test_closed_form_field_with_a_static_depth(method):
             np.testing.assert_allclose(
                 static, traced, rtol=4 * np.finfo(float).eps, err_msg=str(depth)
             )
+
+
+def test_the_jax_free_method_table_is_the_rules_own():
+    """``samflow.inputs.METHODS`` (name -> takes rho) lets the command line and the
+    input checks name the methods without importing JAX; it must say what the rules
+    themselves say, so the table is written once in meaning."""
+    from samflow.inputs import METHODS as LISTED
+    from samflow.rules import RULES
+
+    assert list(LISTED) == list(RULES) == list(METHODS)
+    assert {name: rule.needs_rho for name, rule in RULES.items()} == LISTED
