@@ -32,8 +32,6 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from samflow.errors import InputError
-
 
 class Loss(ABC):
     """The protocol of a per-point loss ``l(p, y)`` of the prediction ``p``.
@@ -144,18 +142,3 @@ SQUARED = Squared()
 
 BUILT_IN: dict[str, Loss] = {f.name: f for f in (LOGISTIC, EXPONENTIAL, SQUARED)}
 """The built-in losses by name (the command line's choices)."""
-
-
-def loss(value: str | Loss) -> Loss:
-    """``value`` as a :class:`Loss`: a built-in one's name (exact) or an object; else
-    ``InputError`` naming the value."""
-    if isinstance(value, Loss):
-        return value
-    if not isinstance(value, str):
-        raise InputError(
-            f"loss must be one of {', '.join(BUILT_IN)} or a samflow.Loss; "
-            f"got {value!r} ({type(value).__name__})"
-        )
-    if value not in BUILT_IN:
-        raise InputError(f"unknown loss {value!r}; choose from {', '.join(BUILT_IN)}")
-    return BUILT_IN[value]

@@ -37,10 +37,23 @@ from samflow.inputs import check_problem
 from samflow.layout import sum_rows
 from samflow.losses import BUILT_IN as LOSS_NAMES
 from samflow.losses import LOGISTIC, Loss
-from samflow.losses import loss as as_loss
 from samflow.parametrizations import BUILT_IN as PARAMETRIZATION_NAMES
 from samflow.parametrizations import PRODUCT, Parametrization
-from samflow.parametrizations import parametrization as as_parametrization
+
+
+def _built_in(what: str, value, protocol: type, built_in: dict):
+    """``value`` as an object of ``protocol``: itself, or the built-in of that exact name
+    (``"U2-V2"`` is refused, not read as another); else ``InputError`` naming it."""
+    if isinstance(value, protocol):
+        return value
+    if not isinstance(value, str):
+        raise InputError(
+            f"{what} must be one of {', '.join(built_in)} or a samflow.{protocol.__name__}; "
+            f"got {value!r} ({type(value).__name__})"
+        )
+    if value not in built_in:
+        raise InputError(f"unknown {what} {value!r}; choose from {', '.join(built_in)}")
+    return built_in[value]
 
 
 class Problem(NamedTuple):
@@ -241,8 +254,11 @@ class Model:
     def __post_init__(self) -> None:
         """Turn names into the built-in objects; refuse (``InputError`` naming the value)
         anything that is neither a built-in name nor an object of the protocol."""
-        object.__setattr__(self, "parametrization", as_parametrization(self.parametrization))
-        object.__setattr__(self, "loss", as_loss(self.loss))
+        for what, protocol, built_in in (
+            ("parametrization", Parametrization, PARAMETRIZATION_NAMES),
+            ("loss", Loss, LOSS_NAMES),
+        ):
+            object.__setattr__(self, what, _built_in(what, getattr(self, what), protocol, built_in))
 
     def check_theta(self, theta, d: int | None = None) -> None:
         """Refuse (``InputError`` naming the shape) parameters this model cannot take:

@@ -265,19 +265,3 @@ UV = UTimesV()
 
 BUILT_IN: dict[str, Parametrization] = {p.name: p for p in (PRODUCT, U2_V2, UV)}
 """The built-in parametrisations by name (the command line's choices)."""
-
-
-def parametrization(value: str | Parametrization) -> Parametrization:
-    """``value`` as a :class:`Parametrization`: a built-in one's name (exact:
-    ``"U2-V2"`` is refused, not read as another) or an object; else ``InputError``
-    naming the value."""
-    if isinstance(value, Parametrization):
-        return value
-    if not isinstance(value, str):
-        raise InputError(
-            f"parametrization must be one of {', '.join(BUILT_IN)} or a "
-            f"samflow.Parametrization; got {value!r} ({type(value).__name__})"
-        )
-    if value not in BUILT_IN:
-        raise InputError(f"unknown parametrization {value!r}; choose from {', '.join(BUILT_IN)}")
-    return BUILT_IN[value]
