@@ -26,7 +26,14 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
+from samflow._boundary import BoundarySearch
+from samflow.engine import UNROLL  # discrete leader checks come every UNROLL steps
 from samflow.errors import InputError
+from samflow.runners import default
+
+CAP_FACTOR = default(BoundarySearch, "cap_factor")
+"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``): the
+boundary search's own factor, so both label a run alike."""
 
 CRITERIA = ("regime", "path", "handoffs", "limit")
 AGREES, DISAGREES, UNDECIDED = 1, 0, -1
@@ -51,13 +58,8 @@ HANDOFF_RTOL = 0.1
 """Relative tolerance of a hand-off time (docs/theory/validity.md#flow-validity: the first-order
 error of the iterates, 0.5 eta relative in beta, moves a hand-off by about eta / s, s the slope of
 the crossing; a tenth of the hand-off time is where a timeline reads differently)."""
-CHECK_EVERY = 4
-"""Discrete leader checks come every this many steps (docs/theory/regimes.md#definitions): a
-hand-off is late by fewer than 4 steps' increments of tau, added to the tolerance."""
 EDGE = 2.0
 """Each edge of stability is met where its index (``eta lambda_max`` for GD) reaches 2."""
-TAU_CAP_FACTOR = 100.0
-"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``)."""
 TAU_COVER_MIN = 5.0
 """Rescaled time the smallest eta covers at least: room after the last hand-off for the
 discrete run to meet its certificate (docs/theory/regimes.md#labels-of-the-limit)."""
@@ -93,7 +95,7 @@ def validity_map(
             min(eta)`` (a step buys ``eta |l'(z~)| <= eta / 2`` of tau while the
             margin is positive), at most ``max_steps``; or ``steps`` given.
         tau_max: the flow's horizon; it runs on to its fate up to
-            ``TAU_CAP_FACTOR * tau_max``.
+            :attr:`samflow.BoundarySearch.cap_factor` (its default) times ``tau_max``.
         handoff_rtol: relative tolerance of hand-off times (default ``HANDOFF_RTOL``).
         sharpness: track the top Hessian eigenvalue at every step (the edges of
             stability; without it they are NaN).
@@ -128,7 +130,7 @@ def validity_map(
         rho=rho,
         axes={"alpha": alpha},
         runner=samflow.Flow(
-            tau_max=tau_max, save=samflow.LogSpaced(1), tau_cap=TAU_CAP_FACTOR * tau_max
+            tau_max=tau_max, save=samflow.LogSpaced(1), tau_cap=CAP_FACTOR * tau_max
         ),
         pad_layers=pad_layers,
     )
@@ -172,7 +174,7 @@ def validity_map(
         steps=steps,
         tau_cover=tau_cover,
         tau_max=tau_max,
-        tau_cap=TAU_CAP_FACTOR * tau_max,
+        tau_cap=CAP_FACTOR * tau_max,
         handoff_rtol=handoff_rtol,
         oscillation_run=OSCILLATION_RUN,
         catapult_factor=CATAPULT_FACTOR,
@@ -272,7 +274,7 @@ def _paths(flow, disc, tau, tau_end, complete, rtol):
             continue
         k = np.arange(1, shown)
         s = d_step[idx][k]
-        late = tau[idx][s] - tau[idx][np.maximum(s - CHECK_EVERY, 0)]
+        late = tau[idx][s] - tau[idx][np.maximum(s - UNROLL, 0)]
         moved = np.abs(d_tau[idx][k] - f_tau[idx][k])
         shift[idx] = moved.max() if k.size else np.nan
         hand[idx] = DISAGREES if not (moved <= rtol * f_tau[idx][k] + late).all() else path[idx]
