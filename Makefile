@@ -30,8 +30,18 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The tests always end: a test past its own limit (pytest-timeout, pyproject.toml) ends
+# its worker, a worker that dies ends the run (--max-worker-restart 0: xdist's restart
+# of a crashed worker under --dist loadfile can leave the run waiting for ever), and the
+# whole run is stopped after TEST_LIMIT seconds.
+TEST_LIMIT ?= 2400
 test: lint docs
-	$(PY) -m pytest -n 2 --dist loadfile -q
+	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --max-worker-restart 0 -q; \
+	rc=$$?; \
+	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then \
+		echo "make test: the test run passed its limit of $(TEST_LIMIT) s and was stopped" >&2; \
+	fi; \
+	exit $$rc
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import optax
 from jax import Array
 
-from samflow import inputs
+from samflow import inputs, mappings
 from samflow.errors import InputError
 from samflow.loop import record_loop, take_steps
 from samflow.precision import precision
@@ -177,6 +177,7 @@ def fit(
         record_steps = jnp.asarray(runner.times(), int_dtype)
         if key is None and (rule.random or sampling is not None):
             key = run_key(seed)
+        mappings.relieve()
         return _fit_jit(
             params,
             record_steps,

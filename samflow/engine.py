@@ -37,7 +37,7 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import balanced, compile_cache, devices
+from samflow import balanced, compile_cache, devices, mappings
 from samflow import fate as fates
 from samflow.classification import Classification
 from samflow.discrete import Observer, simulate
@@ -700,6 +700,7 @@ def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.
     one size serves every size of its bucket; the padding is cut off the results. A
     sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
     """
+    mappings.relieve()  # nothing of the engine's in flight: old programs may be dropped
     return start_points(setup, points, times)()
 
 
@@ -714,6 +715,7 @@ def one_ahead(
     Dataset, onto disk), the devices already run the next chunk. At most two chunks
     are in flight.
     """
+    mappings.relieve()  # before the first item starts, while nothing of ours is in flight
     waiting = None
     for item in items:
         started = start(item)

@@ -1,3 +1,4 @@
+import gc
 import sys
 from pathlib import Path
 
@@ -19,3 +20,20 @@ MU = np.array([1.0, 2.0, 3.0, 4.0])
 @pytest.fixture
 def mu():
     return MU.copy()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Each test file starts with no compiled program of the files before it.
+
+    Every program JAX keeps holds memory mappings for its kernels (about 700 for a
+    flow program), and a process that reaches ``vm.max_map_count`` crashes at its next
+    compile. The library releases its programs half way to that cap
+    (:mod:`samflow.mappings`, tested in ``tests/test_mappings.py``); here they go at
+    each file's end, so that no test meets a release in the middle (a test that counts
+    compiles would see them) and a worker's mappings never grow with the suite.
+    """
+    yield
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+        gc.collect()

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from jax import Array
 
-from samflow import rules, steps
+from samflow import mappings, rules, steps
 from samflow.errors import InputError
 from samflow.images.attribution import (
     Background,
@@ -444,6 +444,7 @@ def train_seeds(
 
     ``threshold``: the background (:func:`task_arrays`)."""
     config.check_batch(task.x_train.shape[0])
+    mappings.relieve()
     data = task_arrays(task, threshold)
     run = make_run(classifier, config)
     start = time.perf_counter()
