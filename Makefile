@@ -33,10 +33,12 @@ docs: $(STAMP)
 # The tests always end: a test past its own limit (pytest-timeout, pyproject.toml) ends
 # its worker, a worker that dies ends the run (--max-worker-restart 0: xdist's restart
 # of a crashed worker under --dist loadfile can leave the run waiting for ever), and the
-# whole run is stopped after TEST_LIMIT seconds.
+# whole run is stopped after TEST_LIMIT seconds. PYTEST_ARGS: a subset or more options
+# (make test PYTEST_ARGS="tests/test_rules.py -x").
 TEST_LIMIT ?= 2400
+PYTEST_ARGS ?=
 test: lint docs
-	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --max-worker-restart 0 -q; \
+	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --max-worker-restart 0 -q $(PYTEST_ARGS); \
 	rc=$$?; \
 	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then \
 		echo "make test: the test run passed its limit of $(TEST_LIMIT) s and was stopped" >&2; \
