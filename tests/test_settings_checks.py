@@ -1,0 +1,98 @@
+"""Solvers and settings are checked when made (samflow.runners, samflow.compile_cache):
+each mistake of issue 39 is refused with one line naming the value and what works."""
+
+from __future__ import annotations
+
+import diffrax
+import numpy as np
+import pytest
+
+import samflow
+from samflow import compile_cache
+
+WORKS = "use one of diffrax.Tsit5(), Dopri5(), Dopri8(), Heun(), Bosh3(), Kvaerno5()"
+
+
+@pytest.mark.parametrize(
+    "solver, message",
+    [
+        (
+            diffrax.Euler(),
+            f"solver Euler() has no error estimate, which the flow's adaptive steps need: {WORKS}",
+        ),
+        (diffrax.Dopri5, "solver Dopri5 is a class: pass an instance, diffrax.Dopri5()"),
+        (
+            diffrax.SemiImplicitEuler(),
+            f"solver SemiImplicitEuler() solves several terms (an "
+            f"SDE or split system); the flow is one ODETerm: {WORKS}",
+        ),
+        (diffrax.EulerHeun(), "solver EulerHeun() solves several terms"),
+        (3, f"solver must be a diffrax solver, got 3; {WORKS}"),
+    ],
+)
+def test_a_solver_the_flow_cannot_use_is_named(solver, message):
+    with pytest.raises(samflow.InputError) as caught:
+        samflow.Flow(solver=solver)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "solver",
+    [diffrax.Dopri8(), diffrax.Heun(), diffrax.Bosh3(), diffrax.Kvaerno5(), diffrax.Tsit5()],
+)
+def test_an_adaptive_ode_solver_is_taken(solver):
+    assert samflow.Flow(solver=solver).solver is solver
+
+
+def test_log_spaced_never_draws_more_times_than_steps():
+    """``LogSpaced(10**12)`` over 40 steps saves every step once (it allocated 7.28 TiB),
+    and a count near the steps saves what the full log grid rounds to."""
+    runner = samflow.Discrete(steps=40, save=samflow.LogSpaced(10**12))
+    assert runner.times().tolist() == list(range(41))
+    assert runner.n_records() == 41
+    for steps, n, first in ((40, 60, None), (1000, 3000, 2.5), (500, 2000, None)):
+        runner = samflow.Discrete(steps=steps, save=samflow.LogSpaced(n, first))
+        full = np.unique(np.round(np.geomspace(first or 1, steps, n))).astype(np.int64)
+        assert runner.times().tolist() == [0, *np.union1d(full, [steps]).tolist()]
+
+
+def test_booleans_are_not_times():
+    with pytest.raises(
+        samflow.InputError,
+        match=r"save times must be numbers, not booleans, "
+        r"got \(0, True\)",
+    ):
+        samflow.At((0, True))
+    with pytest.raises(samflow.InputError, match="not booleans"):
+        samflow.At(np.array([0, 1, True], dtype=object))
+
+
+def test_a_huge_last_step_is_named():
+    with pytest.raises(
+        samflow.InputError,
+        match=r"record-steps must end at a step below "
+        r"2\^62, got 1e\+300",
+    ):
+        samflow.Discrete(save=samflow.At([0, 1e300]))
+
+
+def test_tau_cap_is_bounded_by_the_solver_steps():
+    with pytest.raises(
+        samflow.InputError,
+        match=r"tau-cap = 1e\+308 is past what max-steps = "
+        r"100000 solver steps reach from tau-max = 2 \(tau-max \* max-steps = "
+        r"200000\)",
+    ):
+        samflow.Flow(tau_max=2.0, tau_cap=1e308)
+    assert samflow.Flow(tau_max=2.0, tau_cap=2e5).tau_cap == 2e5
+    assert samflow.Flow(tau_max=2.0, tau_cap=2e7, max_steps=10**7).tau_cap == 2e7
+
+
+@pytest.mark.parametrize("setting", [123, 1.5, ["/tmp"]])
+def test_compile_cache_enable_is_type_checked(setting):
+    with pytest.raises(
+        samflow.InputError,
+        match=r"compile cache setting must be a folder \(a "
+        rf"str or a path\) or 'off', got {setting!r}".replace("[", r"\["),
+    ):
+        compile_cache.enable(setting)
