@@ -10,7 +10,8 @@ Rescaled time (docs/theory/flows.md#rescaled-flows): for one data point ``tau_{t
 and ``tau`` is the plain time ``eta * t``.
 
 Numerical failure: at every record the state is checked; the first record whose
-parameters or predictor are not all finite sets ``failed_step`` (-1 while none failed).
+parameters, predictor or loss are not all finite sets ``failed_step`` (-1 while none
+failed).
 """
 
 from __future__ import annotations
@@ -319,7 +320,10 @@ def simulate(
 
     def all_finite(carry, _):
         (state, tau, _), _ = carry
-        return net.finite(state) & jnp.isfinite(tau)
+        # The loss too: a user's loss may be NaN where the state is finite. Taken from
+        # the state, not the records (the observer's are NaN past the last real record);
+        # XLA computes it once with the recorded one (the same operations on the state).
+        return net.finite(state) & jnp.isfinite(tau) & jnp.isfinite(net.loss(state))
 
     if rule.random and key is None:
         key = jax.random.key(0)
