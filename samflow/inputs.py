@@ -235,6 +235,7 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
     ):
         if isinstance(value, str) and value not in names:
             raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
+        check_hashable(value, what)
     rows = fixed_rows(parametrization)
     if rows is not None and depth != rows:
         name = getattr(parametrization, "name", parametrization)
@@ -242,6 +243,18 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
             f"parametrization {name} has {rows} rows: depth must be {rows}, got {depth}"
         )
     return parametrization, loss
+
+
+def check_hashable(value, what: str) -> None:
+    """Refuse (``InputError``) a parametrisation or loss that cannot be hashed: it is a
+    static argument of compiled programs, so it must be a frozen dataclass."""
+    try:
+        hash(value)
+    except TypeError:
+        raise InputError(
+            f"{what} {type(value).__name__} is not hashable: make it a frozen dataclass "
+            "(@dataclass(frozen=True)), as programs are compiled for it"
+        ) from None
 
 
 def fixed_rows(parametrization) -> int | None:
