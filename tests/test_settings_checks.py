@@ -96,3 +96,28 @@ def test_compile_cache_enable_is_type_checked(setting):
         rf"str or a path\) or 'off', got {setting!r}".replace("[", r"\["),
     ):
         compile_cache.enable(setting)
+
+
+def test_a_run_past_a_day_anywhere_asks_for_yes(tmp_path, capsys):
+    """The issue's ``--steps 4000000000000000000`` is refused at once, by the command line
+    and by Python; ``yes`` lets it through the check (the run itself is not started)."""
+    from samflow import inputs
+    from samflow.cli import main
+
+    argv = ["trajectory", "--method", "sam-l2", "--depth", "2", "--mu", "1,2", "--alpha", "0.5",
+            "--rho", "0.1", "--steps", "4000000000000000000", "--out"]  # fmt: skip
+    argv.append(str(tmp_path / "t.nc"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        "1 point x d = 2 x 4000000000000000000 steps is 8e+18 coordinate-steps: more than "
+        "92.6 days even at 1e+12/s, beyond any machine; pass --yes (Python: yes=True)"
+    ) in err
+    runner = samflow.Discrete(eta=0.1, steps=10**14)
+    with pytest.raises(samflow.InputError, match=r"1000 points x d = 2 x 100000000000000 steps"):
+        samflow.sweep("gd", depth=2, mu=[1.0, 2.0], axes={"alpha": "0.1:1:1000:log"},
+                      runner=runner)  # fmt: skip
+    with pytest.raises(samflow.InputError, match="yes must be True or False"):
+        samflow.trajectory("gd", depth=2, mu=[1.0, 2.0], alpha=0.5, runner=runner, yes="y")
+    inputs.check_duration(1000, 2, 10**14, yes=True)  # asked for: no refusal
+    inputs.check_duration(10**6, 4, 10**4, yes=False)  # an ordinary large sweep: none
