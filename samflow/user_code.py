@@ -96,7 +96,7 @@ def check_model(model, rows: int, d: int, n: int, dtype: str) -> None:
     answer is cached per model and shapes, so a sweep's tiles pay for it once.
 
     Args:
-        model: a :class:`samflow.model.Model`, hashable (:func:`check_hashable`).
+        model: a :class:`samflow.model.Model` (hashable: its constructor checks it).
         rows: the rows of ``theta`` of the run (its layers, padding included).
         d: the dimension of the data.
         n: the number of data points.
