@@ -271,7 +271,7 @@ class Flow:
         tau_cap: run to the fate (docs/theory/regimes.md#labels-of-the-limit): a run whose
             fate is not decided at ``tau_max`` goes on, unrecorded, until it is (an
             event or a certificate) or until ``tau_cap`` (> ``tau_max``, at most
-            ``tau_max * max_steps``); its leader
+            ``tau_max / eps``, eps float64's); its leader
             path, stop and label are those of the longer run, its records end at
             ``tau_max``. None (the default): the run ends at ``tau_max``, and one not
             decided there is unresolved.
@@ -279,8 +279,8 @@ class Flow:
     Raises:
         InputError: a field of the wrong type or out of range, naming it: among them a
             solver object that cannot solve the flow (:func:`check_solver`) and a
-            ``tau_cap`` past ``tau_max * max_steps``, which the solver cannot reach at
-            the pace of one step per horizon.
+            ``tau_cap`` past ``tau_max / eps`` (float64's eps), where one rounding unit
+            of the solver's time is longer than the recorded run.
     """
 
     tau_max: float = 50.0
@@ -309,14 +309,15 @@ class Flow:
             tau_cap = positive("tau-cap", self.tau_cap)
             if not tau_cap > self.tau_max:
                 raise InputError(f"tau-cap must exceed tau-max = {self.tau_max:g}, got {tau_cap:g}")
-            # At the pace of the solve to the horizon, at least one step per tau_max,
-            # max_steps steps reach tau_max * max_steps; a cap past it only spends them.
-            reach = self.tau_max * self.max_steps
+            # Past tau_max / eps, one rounding unit of the solver's time near the cap is
+            # longer than the whole recorded run: no step there resolves the dynamics the
+            # records follow, and the solve only spends max_steps (1e308: 150 s).
+            reach = self.tau_max / float(np.finfo(np.float64).eps)
             if tau_cap > reach:
                 raise InputError(
-                    f"tau-cap = {tau_cap:g} is past what max-steps = {self.max_steps} solver "
-                    f"steps reach from tau-max = {self.tau_max:g} (tau-max * max-steps = "
-                    f"{reach:g}); lower tau-cap or raise max-steps"
+                    f"tau-cap = {tau_cap:g} is past what a solver resolves from tau-max = "
+                    f"{self.tau_max:g}: at most tau-max / eps = {reach:.3g} (float64), where "
+                    "one rounding unit of time is the whole recorded run; lower tau-cap"
                 )
             object.__setattr__(self, "tau_cap", tau_cap)
         if isinstance(self.solver, str):

@@ -76,16 +76,15 @@ def test_a_huge_last_step_is_named():
         samflow.Discrete(save=samflow.At([0, 1e300]))
 
 
-def test_tau_cap_is_bounded_by_the_solver_steps():
-    with pytest.raises(
-        samflow.InputError,
-        match=r"tau-cap = 1e\+308 is past what max-steps = "
-        r"100000 solver steps reach from tau-max = 2 \(tau-max \* max-steps = "
-        r"200000\)",
-    ):
+def test_tau_cap_is_bounded_by_what_a_solver_resolves():
+    """Past tau_max / eps (float64) a rounding unit of the solver's time is the whole
+    recorded run: 1e308 is refused, naming it; the boundary search's 100 x tau_max cap,
+    also with max_steps = 20, is taken."""
+    message = r"tau-cap = 1e\+308 is past what a solver resolves from tau-max = 2: at most "
+    with pytest.raises(samflow.InputError, match=message + r"tau-max / eps = 9.01e\+15"):
         samflow.Flow(tau_max=2.0, tau_cap=1e308)
-    assert samflow.Flow(tau_max=2.0, tau_cap=2e5).tau_cap == 2e5
-    assert samflow.Flow(tau_max=2.0, tau_cap=2e7, max_steps=10**7).tau_cap == 2e7
+    assert samflow.Flow(tau_max=2.0, tau_cap=9e15).tau_cap == 9e15
+    assert samflow.Flow(tau_max=200.0, tau_cap=2e4, max_steps=20).tau_cap == 2e4
 
 
 @pytest.mark.parametrize("setting", [123, 1.5, ["/tmp"]])
