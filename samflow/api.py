@@ -91,6 +91,7 @@ def trajectory(
     beta_star: np.ndarray | None = None,
     summaries: Summaries | bool | None = None,
     seed: int | None = None,
+    yes: bool = False,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
@@ -123,6 +124,8 @@ def trajectory(
             the paper's and no ``beta_star`` is given.
         seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
             ``label_noise`` (default 0; docs/theory/stochastic.md#stochastic-steps).
+        yes: run a discrete run that no machine finishes in a day all the same
+            (:func:`samflow.inputs.check_duration`; refused without it).
 
     Returns:
         A Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
@@ -172,9 +175,19 @@ def trajectory(
         seed=seed,
     )
     spec.check_size(keep_theta=True)
+    _check_duration(spec, yes)
     if given_theta0 is None:  # every input is checked: the model (JAX) may load
         theta0 = spec.model.parametrization.start(theta0)
     return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
+
+
+def _check_duration(spec: SweepSpec, yes: bool) -> None:
+    """A discrete run of ``spec`` past a day anywhere refused unless ``yes``
+    (:func:`samflow.inputs.check_duration`); a flow's solver steps are capped by its
+    ``max_steps``."""
+    inputs.check_flag("yes", yes)
+    if spec.mode == "discrete":
+        inputs.check_duration(spec.size, spec.d, spec.runner.steps, yes)
 
 
 def _summary(theta0: np.ndarray) -> str:
@@ -317,6 +330,7 @@ def sweep(
     beta_star: np.ndarray | None = None,
     summaries: Summaries | bool | None = None,
     seed: int | None = None,
+    yes: bool = False,
 ) -> xr.Dataset:
     """Run ``method`` over the cartesian grid of ``axes`` in one compiled program.
 
@@ -352,6 +366,8 @@ def sweep(
         summaries: the summaries, as in :func:`trajectory`, per grid point and record.
         seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
             ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (default 0).
+        yes: run a discrete sweep that no machine finishes in a day all the same
+            (:func:`samflow.inputs.check_duration`; refused without it).
 
     Returns:
         The Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the
@@ -389,6 +405,7 @@ def sweep(
     inputs.integer("chunk", chunk)
     for name, flag in (("progress", progress), ("overwrite", overwrite)):
         inputs.check_flag(name, flag)
+    _check_duration(spec, yes)
     if out is not None:
         from samflow.io import check_output
 

@@ -91,8 +91,24 @@ def enable(setting: str | os.PathLike | None = None) -> Path | None:
     to JAX is kept. A ``setting`` folder that cannot be made or written is refused
     (InputError); the variable's or the default folder then turns the cache off with
     one line on stderr. Does not import JAX: before JAX starts, its variables are set.
+
+    Args:
+        setting: a folder, the word that turns the cache off, or None (the variable's
+            or the default folder).
+
+    Returns:
+        The folder in use, or None when the cache is off.
+
+    Raises:
+        InputError: a ``setting`` that is no str or path (``enable(123)``), naming it, or
+            a folder that cannot be made or written.
     """
     global _configured, _folder
+    if setting is not None and not isinstance(setting, str | os.PathLike):
+        raise InputError(
+            f"compile cache setting must be a folder (a str or a path) or {OFF!r}, got "
+            f"{setting!r} ({type(setting).__name__})"
+        )
     _configured = True
     explicit = setting is not None or os.environ.get(ENV)
     own = _get("jax_compilation_cache_dir")

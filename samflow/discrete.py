@@ -10,7 +10,8 @@ Rescaled time (docs/theory/flows.md#rescaled-flows): for one data point ``tau_{t
 and ``tau`` is the plain time ``eta * t``.
 
 Numerical failure: at every record the state is checked; the first record whose
-parameters or predictor are not all finite sets ``failed_step`` (-1 while none failed).
+parameters, predictor or loss are not all finite sets ``failed_step`` (-1 while none
+failed).
 """
 
 from __future__ import annotations
@@ -319,7 +320,11 @@ def simulate(
 
     def all_finite(carry, _):
         (state, tau, _), _ = carry
-        return net.finite(state) & jnp.isfinite(tau)
+        # The loss too: a user's loss may be NaN where the state is finite. Taken from
+        # the state, not the records (the observer's are NaN past the last real record);
+        # the same operations as the recorded loss's, and no slower (measured: 256 points
+        # of l2-SAM recording each of 4000 steps, 0.51 s against 0.52 s without it).
+        return net.finite(state) & jnp.isfinite(tau) & jnp.isfinite(net.loss(state))
 
     if rule.random and key is None:
         key = jax.random.key(0)

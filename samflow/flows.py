@@ -230,14 +230,16 @@ class FlowSolution(NamedTuple):
         beta: ``[T, d]`` predictor, NaN after the stop.
         loss: ``[T]`` loss, NaN after the stop.
         theta: ``[T, L_max, d]`` parameters, NaN after the stop.
-        stop_tau: scalar, where the solve ended: the horizon, a solver failure, or the
-            event (where ``log max|beta|`` crossed its edge inside the last step).
+        stop_tau: scalar, where the solve ended: the horizon, a solver failure (the
+            first record whose beta or loss is not finite, where one is), or the event
+            (where ``log max|beta|`` crossed its edge inside the last step).
         blowup: scalar bool, True when the upper norm event ended the solve.
         collapsed: scalar bool, True when beta reached 0 (the lower norm event).
         valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
             after a collapse). Records the solver reached before a failure stay valid:
             the failure is flagged, the accepted part of the trajectory kept.
-        failed: scalar bool, True when the solver failed (max_steps, non-finite state).
+        failed: scalar bool, True when the solver failed (max_steps, non-finite state),
+            or a record it reached has a beta or loss that is not finite.
         lead_start: scalar int, the dominant coordinate as ``tau -> 0+`` (0: none), from
             the field at tau = 0 (:func:`lead_at_start`): who leads before any save time.
         path: the :class:`samflow.regimes.LeaderPath` of the solve, from ``lead_start``
@@ -836,6 +838,15 @@ def integrate(
         valid[:, None], jax.vmap(f.beta_of)(unscaled), jnp.where(collapsed & ~failed, 0.0, jnp.nan)
     )
     lossv = jax.vmap(lambda th: model.value(th, problem))(theta)
+    # A NaN or infinity the solver did not see (a user's beta or loss of a finite state,
+    # or a stop time of NaN) fails the run as a discrete run's failed_step does; the
+    # solve is then taken to stop at the first such record, which says where.
+    sound = jnp.all(jnp.isfinite(b), axis=1) & jnp.isfinite(lossv)
+    broken = valid & ~sound
+    first_broken = jnp.min(jnp.where(broken, save_tau, jnp.inf))
+    nonfinite = jnp.any(broken) | ~jnp.isfinite(stop)
+    stop = jnp.where(jnp.isfinite(stop), jnp.minimum(stop, first_broken), save_tau[0])
+    failed = failed | nonfinite
     return FlowSolution(
         tau=save_tau,
         beta=b,

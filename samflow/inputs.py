@@ -235,6 +235,7 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
     ):
         if isinstance(value, str) and value not in names:
             raise InputError(f"unknown {what} {value!r}; choose from {', '.join(names)}")
+        check_hashable(value, what)
     rows = fixed_rows(parametrization)
     if rows is not None and depth != rows:
         name = getattr(parametrization, "name", parametrization)
@@ -242,6 +243,42 @@ def check_model(parametrization, loss, depth) -> tuple[object, object]:
             f"parametrization {name} has {rows} rows: depth must be {rows}, got {depth}"
         )
     return parametrization, loss
+
+
+DAY_SECONDS = 86_400.0
+FASTEST_RATE = 1e12
+"""Coordinate-steps per second (grid points x d x steps, the benchmarks' unit) that no
+machine samflow runs on reaches: about 650 times the fastest marginal rate measured on
+the bench CPU (1.53e9/s, docs/benchmarks.md, case 4b). A run past a day at this rate
+takes longer than a day anywhere."""
+
+
+def check_duration(points: int, d: int, steps: int, yes: bool) -> None:
+    """Refuse (``InputError``) a discrete run of ``points`` x ``d`` x ``steps`` that no
+    machine finishes in a day (:data:`FASTEST_RATE`), unless ``yes``: a typo of a few
+    zeros in ``steps`` would run until killed, with no word."""
+    check_flag("yes", yes)
+    work = float(points) * float(d) * float(steps)
+    if not yes and work > FASTEST_RATE * DAY_SECONDS:
+        days = work / (FASTEST_RATE * DAY_SECONDS)
+        raise InputError(
+            f"{points} point{'s' if points != 1 else ''} x d = {d} x {steps} steps is "
+            f"{work:.3g} coordinate-steps: more "
+            f"than {days:.3g} days even at {FASTEST_RATE:.0e}/s, beyond any machine; pass "
+            "--yes (Python: yes=True) to run it all the same"
+        )
+
+
+def check_hashable(value, what: str) -> None:
+    """Refuse (``InputError``) a parametrisation or loss that cannot be hashed: it is a
+    static argument of compiled programs, so it must be a frozen dataclass."""
+    try:
+        hash(value)
+    except TypeError:
+        raise InputError(
+            f"{what} {type(value).__name__} is not hashable: make it a frozen dataclass "
+            "(@dataclass(frozen=True)), as programs are compiled for it"
+        ) from None
 
 
 def fixed_rows(parametrization) -> int | None:

@@ -33,7 +33,7 @@ import numpy as np
 from jax import Array
 
 from samflow.errors import InputError
-from samflow.inputs import check_problem
+from samflow.inputs import check_hashable, check_problem
 from samflow.layout import sum_rows
 from samflow.losses import BUILT_IN as LOSS_NAMES
 from samflow.losses import LOGISTIC, Loss
@@ -45,6 +45,7 @@ def _built_in(what: str, value, protocol: type, built_in: dict):
     """``value`` as an object of ``protocol``: itself, or the built-in of that exact name
     (``"U2-V2"`` is refused, not read as another); else ``InputError`` naming it."""
     if isinstance(value, protocol):
+        check_hashable(value, what)
         return value
     if not isinstance(value, str):
         raise InputError(
@@ -245,7 +246,9 @@ class Model:
     Raises:
         InputError: when made, a parametrisation or loss that is neither a built-in
             name (names are exact: ``"U2-V2"`` is refused) nor an object of the
-            protocol, naming the value.
+            protocol, naming the value; one that cannot be hashed ("make it a frozen
+            dataclass"). Its methods are checked against the protocol when a run first
+            uses them, on the run's shapes (:func:`samflow.user_code.check_model`).
     """
 
     parametrization: Parametrization = PRODUCT
@@ -369,7 +372,10 @@ class Model:
         X, y = check_problem(data=(X, y), loss=self.loss)  # NumPy float64
 
         def value(theta: Array) -> Array:
+            from samflow.user_code import check_model
+
             self.check_theta(theta, X.shape[1])
+            check_model(self, theta.shape[0], X.shape[1], X.shape[0], theta.dtype.name)
             dt = theta.dtype
             return self.value(theta, Problem(jnp.asarray(X, dt), jnp.asarray(y, dt)))
 

@@ -97,13 +97,17 @@ class At:
             discrete run).
 
     Raises:
-        InputError: fewer than two times, a first time other than 0, or times that do
-            not increase.
+        InputError: fewer than two times, a first time other than 0, times that do not
+            increase, or a boolean among them.
     """
 
     times: tuple[float, ...]
 
     def __post_init__(self) -> None:
+        times = self.times if isinstance(self.times, Sequence | np.ndarray) else (self.times,)
+        # NumPy reads True as 1: a bool among times is a mistake, not a time.
+        if any(isinstance(t, bool | np.bool_) for t in np.asarray(times, object).ravel()):
+            raise InputError(f"save times must be numbers, not booleans, got {self.times!r}")
         object.__setattr__(self, "times", _strictly_increasing("save times", self.times))
 
 
@@ -159,6 +163,10 @@ class Discrete:
         if isinstance(save, At):
             if not all(float(s).is_integer() for s in save.times):
                 raise InputError(f"record-steps must be integers, got {list(save.times)}")
+            if save.times[-1] > MAX_STEPS - 1:  # before int(): 1e300 would be a 300-digit int
+                raise InputError(
+                    f"record-steps must end at a step below 2^62, got {save.times[-1]:g}"
+                )
             object.__setattr__(self, "save", At(tuple(int(s) for s in save.times)))
             object.__setattr__(self, "steps", self.save.times[-1])
         # Step counters are int64; a bound well inside it keeps every sum of them exact.
@@ -194,13 +202,26 @@ class Discrete:
             return min(self.save.n, self.steps) + 1
         return self.steps // self._every + 2
 
+    def _log_samples(self, first: float) -> int:
+        """How many log-spaced times to draw for :class:`LogSpaced` ``n``: ``n``, or fewer
+        where fewer give the same steps (so ``LogSpaced(10**12)`` over 40 steps draws
+        no more than the 40 steps it can save).
+
+        Consecutive log-spaced times from ``first`` to ``steps`` are ``h = log(steps /
+        first) / (n - 1)`` apart in log, and the times that round to step ``k`` fill
+        ``log((k + 1/2) / (k - 1/2)) > 1 / k >= 1 / steps`` of it, so with ``h <= 1 /
+        steps`` every step from ``round(first)`` to ``steps`` is drawn: more times only
+        repeat them (**derived here**)."""
+        every_step = int(np.ceil(self.steps * np.log(self.steps / first))) + 1
+        return min(self.save.n, max(every_step, 2))
+
     def times(self) -> np.ndarray:
         """Step indices of the records ``[T]`` int64: 0, ..., ``steps`` (increasing)."""
         if isinstance(self.save, At):
             return np.asarray(self.save.times, np.int64)
         if isinstance(self.save, LogSpaced):
             first = 1 if self.save.first is None else self.save.first
-            ticks = np.unique(np.round(np.geomspace(first, self.steps, self.save.n)))
+            ticks = np.unique(np.round(np.geomspace(first, self.steps, self._log_samples(first))))
         else:
             ticks = np.arange(self._every, self.steps + 1, self._every)
         ticks = np.union1d(ticks.astype(np.int64), [self.steps])
@@ -249,13 +270,17 @@ class Flow:
             ``linear`` forced (docs/theory/flows.md#rescaled-flows).
         tau_cap: run to the fate (docs/theory/regimes.md#labels-of-the-limit): a run whose
             fate is not decided at ``tau_max`` goes on, unrecorded, until it is (an
-            event or a certificate) or until ``tau_cap`` (> ``tau_max``); its leader
+            event or a certificate) or until ``tau_cap`` (> ``tau_max``, at most
+            ``tau_max / eps``, eps float64's); its leader
             path, stop and label are those of the longer run, its records end at
             ``tau_max``. None (the default): the run ends at ``tau_max``, and one not
             decided there is unresolved.
 
     Raises:
-        InputError: a field of the wrong type or out of range, naming it.
+        InputError: a field of the wrong type or out of range, naming it: among them a
+            solver object that cannot solve the flow (:func:`check_solver`) and a
+            ``tau_cap`` past ``tau_max / eps`` (float64's eps), where one rounding unit
+            of the solver's time is longer than the recorded run.
     """
 
     tau_max: float = 50.0
@@ -277,21 +302,31 @@ class Flow:
         if isinstance(save, LogSpaced) and save.first is not None:
             if not 0 < save.first < self.tau_max:
                 raise InputError(f"tau-min must lie in (0, tau-max), got {save.first}")
+        object.__setattr__(self, "rtol", positive("rtol", self.rtol))
+        object.__setattr__(self, "atol", positive("atol", self.atol))
+        object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
         if self.tau_cap is not None:
             tau_cap = positive("tau-cap", self.tau_cap)
             if not tau_cap > self.tau_max:
                 raise InputError(f"tau-cap must exceed tau-max = {self.tau_max:g}, got {tau_cap:g}")
+            # Past tau_max / eps, one rounding unit of the solver's time near the cap is
+            # longer than the whole recorded run: no step there resolves the dynamics the
+            # records follow, and the solve only spends max_steps (1e308: 150 s).
+            reach = self.tau_max / float(np.finfo(np.float64).eps)
+            if tau_cap > reach:
+                raise InputError(
+                    f"tau-cap = {tau_cap:g} is past what a solver resolves from tau-max = "
+                    f"{self.tau_max:g}: at most tau-max / eps = {reach:.3g} (float64), where "
+                    "one rounding unit of time is the whole recorded run; lower tau-cap"
+                )
             object.__setattr__(self, "tau_cap", tau_cap)
-        object.__setattr__(self, "rtol", positive("rtol", self.rtol))
-        object.__setattr__(self, "atol", positive("atol", self.atol))
-        object.__setattr__(self, "max_steps", integer("max-steps", self.max_steps))
-        if isinstance(self.solver, str) and self.solver not in SOLVERS:
-            raise InputError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
-        if not isinstance(self.solver, str) and not callable(getattr(self.solver, "step", None)):
-            raise InputError(
-                f"solver must be a name of {', '.join(SOLVERS)} or a diffrax solver, "
-                f"got {self.solver!r}"
-            )
+        if isinstance(self.solver, str):
+            if self.solver not in SOLVERS:
+                raise InputError(
+                    f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}"
+                )
+        else:
+            check_solver(self.solver)
         if self.formulation not in FORMULATIONS:
             raise InputError(
                 f"unknown formulation {self.formulation!r}; choose from {', '.join(FORMULATIONS)}"
@@ -341,6 +376,50 @@ class Flow:
 
 
 Runner = Discrete | Flow
+
+SOLVERS_THAT_WORK = "diffrax.Tsit5(), Dopri5(), Dopri8(), Heun(), Bosh3(), Kvaerno5()"
+"""Solver objects a :class:`Flow` takes, for messages (any adaptive ODE solver works)."""
+
+
+def check_solver(solver) -> None:
+    """Refuse (``InputError`` naming it and what works) a solver object a flow cannot
+    use: the flow is one ``diffrax.ODETerm`` solved with adaptive steps (a PID
+    controller), so the solver must be an instance, estimate its error (an adaptive
+    solver: not ``Euler``) and solve a single term (not ``SemiImplicitEuler`` or
+    ``EulerHeun``, which take two). diffrax is imported only here, for an object that
+    is not a name, which its maker has loaded already.
+
+    Args:
+        solver: what :class:`Flow` was given as ``solver``, not a name.
+
+    Raises:
+        InputError: a class, an object of no diffrax solver, a solver without an
+            error estimate, or one of several terms.
+    """
+    import diffrax
+
+    works = f"use one of {SOLVERS_THAT_WORK} or a name of {', '.join(SOLVERS)}"
+    if isinstance(solver, type):
+        if issubclass(solver, diffrax.AbstractSolver):
+            raise InputError(
+                f"solver {solver.__name__} is a class: pass an instance, "
+                f"diffrax.{solver.__name__}()"
+            )
+        raise InputError(
+            f"solver must be a diffrax solver, got the class {solver.__name__}; {works}"
+        )
+    if not isinstance(solver, diffrax.AbstractSolver):
+        raise InputError(f"solver must be a diffrax solver, got {solver!r}; {works}")
+    name = f"{type(solver).__name__}()"
+    if solver.term_structure is not diffrax.AbstractTerm:
+        raise InputError(
+            f"solver {name} solves several terms (an SDE or split system); the flow is one "
+            f"ODETerm: {works}"
+        )
+    if not isinstance(solver, diffrax.AbstractAdaptiveSolver):
+        raise InputError(
+            f"solver {name} has no error estimate, which the flow's adaptive steps need: {works}"
+        )
 
 
 def check_runner(runner, modes: Sequence[str] = ("discrete", "flow")):

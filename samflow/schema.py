@@ -540,7 +540,10 @@ POINT = {
         "the solve stopped at the overflow guard (L <= 2)", (GRID,), when=FLOW
     ),
     "solver_failed": _flags(
-        "the solver failed (max_steps or a non-finite state)", (GRID,), when=FLOW
+        "the solver failed (max_steps, a non-finite state, or a record whose beta or loss "
+        "is not finite; stop_tau is where)",
+        (GRID,),
+        when=FLOW,
     ),
     "dominant": Variable(
         (GRID, "time"), "int32", "dominant coordinate D = argmax_j |beta_j| (0: none)"

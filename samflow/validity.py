@@ -26,10 +26,12 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
+from samflow import inputs
 from samflow._boundary import BoundarySearch
 from samflow.engine import UNROLL  # discrete leader checks come every UNROLL steps
 from samflow.errors import InputError
-from samflow.runners import default
+from samflow.runners import MAX_STEPS, default
+from samflow.sweeps.spec import SweepSpec
 
 CAP_FACTOR = default(BoundarySearch, "cap_factor")
 """The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``): the
@@ -112,43 +114,59 @@ def validity_map(
         largest eta with agreement at it and every smaller eta of the grid; NaN if
         none), ``eta_breakdown`` (the smallest eta with a disagreement),
         ``eta_gd_edge``, ``eta_sam_edge`` (the smallest eta whose run meets the edge).
+
+    Raises:
+        InputError: any bad argument, named as given (``alpha="0.1,1"``, a complex
+            ``alpha``, ``handoff_rtol="x"``, ``tau_cover=0`` or NaN, ``max_steps=0``,
+            ``steps`` too many for the grid), before either sweep runs: the discrete
+            sweep is checked up front at its most steps.
     """
     import samflow
 
-    handoff_rtol = HANDOFF_RTOL if handoff_rtol is None else float(handoff_rtol)
+    handoff_rtol = (
+        HANDOFF_RTOL if handoff_rtol is None else inputs.real("handoff_rtol", handoff_rtol)
+    )
     if not handoff_rtol >= 0:
         raise InputError(f"handoff_rtol must be >= 0, got {handoff_rtol}")
-    alpha = np.asarray(alpha, dtype=np.float64)
-    eta = np.sort(np.asarray(eta, dtype=np.float64))
-    if alpha.ndim != 1 or eta.ndim != 1 or not alpha.size or not eta.size:
-        raise InputError("alpha and eta must be non-empty lists of numbers")
+    alpha, eta = _grid("alpha", alpha), np.sort(_grid("eta", eta))
+    max_steps = inputs.integer("max_steps", max_steps, 1, MAX_STEPS - 1)
+    if tau_cover is not None:
+        tau_cover = inputs.positive("tau_cover", tau_cover)
+    if steps is not None:
+        steps = inputs.integer("steps", steps, 1, MAX_STEPS - 1)
+    tau_max = inputs.positive("tau_max", tau_max)
+    inputs.check_flag("sharpness", sharpness)
     rho = None if method == "gd" else rho
-    flow = samflow.sweep(
-        method,
-        depth=depth,
-        mu=list(mu),
-        rho=rho,
-        axes={"alpha": alpha},
-        runner=samflow.Flow(
-            tau_max=tau_max, save=samflow.LogSpaced(1), tau_cap=CAP_FACTOR * tau_max
-        ),
-        pad_layers=pad_layers,
+    flow_runner = samflow.Flow(
+        tau_max=tau_max, save=samflow.LogSpaced(1), tau_cap=CAP_FACTOR * tau_max
     )
+    flow_kw = dict(depth=depth, mu=list(mu), rho=rho, pad_layers=pad_layers)
+    disc_kw = dict(
+        **flow_kw,
+        axes={"eta": eta, "alpha": alpha},
+        save_trajectories=True,
+        summaries=samflow.Summaries(sharpness=sharpness),
+    )
+    # Every input is checked before the flow runs, the discrete sweep's too: at the steps
+    # given, or those tau_cover asks for; else at the fewest the flow can ask for
+    # (tau_cover >= TAU_COVER_MIN), so that no run is refused that would fit.
+    SweepSpec.from_inputs(method, axes={"alpha": alpha}, runner=flow_runner, **flow_kw)
+    fewest = steps or _steps(TAU_COVER_MIN if tau_cover is None else tau_cover, eta, max_steps)
+    if steps or fewest == max_steps:
+        given = f"{'steps' if steps else 'max_steps'} = {fewest}"
+    else:
+        given = f"the {fewest} steps of min(eta) = {eta[0]:g}"
+    _check_discrete(method, disc_kw, float(eta[0]), fewest, given)
+    flow = samflow.sweep(method, axes={"alpha": alpha}, runner=flow_runner, **flow_kw)
     if tau_cover is None:
         last = flow["handoff_tau"].max("handoff").values
         tau_cover = max(TAU_COVER_MIN, 1.5 * float(np.nanmax(last, initial=0.0)))
     if steps is None:
-        steps = int(min(max_steps, np.ceil(2.0 * tau_cover / eta[0])))
+        steps = _steps(tau_cover, eta, max_steps)
     disc = samflow.sweep(
         method,
-        depth=depth,
-        mu=list(mu),
-        rho=rho,
-        axes={"eta": eta, "alpha": alpha},
         runner=samflow.Discrete(eta=float(eta[0]), steps=steps, save=samflow.Every(1)),
-        save_trajectories=True,
-        summaries=samflow.Summaries(sharpness=sharpness),
-        pad_layers=pad_layers,
+        **disc_kw,
     )
     out = compare(flow, disc, handoff_rtol)
     out["discrete_behaviour"] = discrete_behaviour(
@@ -180,6 +198,44 @@ def validity_map(
         catapult_factor=CATAPULT_FACTOR,
     )
     return out
+
+
+def _grid(name: str, values) -> np.ndarray:
+    """``values`` of the axis ``name`` as a non-empty 1-D float64 array of numbers > 0;
+    ``InputError`` naming the argument (a string is refused: ``"0.1,1"`` is the command
+    line's form, not Python's)."""
+    if isinstance(values, str):
+        raise InputError(
+            f"{name} must be a list of numbers, got the string {values!r} (write "
+            f'{name}=[0.1, 1], not {name}="0.1,1")'
+        )
+    a = inputs.real_array(name, values)
+    if a.ndim != 1 or not a.size:
+        raise InputError(f"{name} must be a non-empty list of numbers, got shape {a.shape}")
+    if np.any(a <= 0):
+        raise InputError(f"{name} must hold numbers > 0, got {a.tolist()}")
+    return a
+
+
+def _steps(tau_cover: float, eta: np.ndarray, max_steps: int) -> int:
+    """The discrete steps for ``tau_cover``: ``2 tau_cover / min(eta)``, at most
+    ``max_steps`` (a step buys ``eta |l'(z~)| <= eta / 2`` of tau)."""
+    return int(min(max_steps, np.ceil(2.0 * tau_cover / eta[0])))
+
+
+def _check_discrete(method, kw: dict, eta: float, steps: int, given: str) -> None:
+    """The discrete sweep of ``steps`` checked as :func:`samflow.sweep` checks it, its
+    size included; a size refused is blamed on ``given``, the argument that set it."""
+    import samflow
+
+    def runner(steps: int):
+        return samflow.Discrete(eta=eta, steps=steps, save=samflow.Every(1))
+
+    SweepSpec.from_inputs(method, runner=runner(1), **kw)  # all but the size
+    try:
+        SweepSpec.from_inputs(method, runner=runner(steps), **kw)
+    except InputError as e:  # the rest passed at one step: this is the size
+        raise InputError(f"{given}: too many steps for this grid: {e}") from None
 
 
 def compare(flow: xr.Dataset, disc: xr.Dataset, handoff_rtol: float = HANDOFF_RTOL) -> xr.Dataset:

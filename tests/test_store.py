@@ -278,3 +278,59 @@ def test_ctrl_c_at_random_moments_stops_promptly_and_cleanly(tmp_path, clean):
     assert status == 0, err
     same_result(xr.load_dataset(out), clean)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["i.nc"]
+
+
+def _tiny_sweep(out):
+    return samflow.sweep(
+        "gd", depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 0.2, 0.3]}, chunk=1, out=out,
+        runner=samflow.Discrete(eta=0.1, steps=10),
+    )  # fmt: skip
+
+
+def test_ctrl_c_just_after_the_final_write_leaves_no_work_folder(tmp_path, monkeypatch):
+    """The interrupt arrives once the final file is in place, before the work folder is
+    removed (the issue's ``s.nc.work/`` of 47 chunks): the folder goes all the same."""
+    from samflow.sweeps import store
+
+    write = store.write_dataset
+
+    def write_then_interrupt(ds, path, compress=True, checksum=False):
+        written = write(ds, path, compress, checksum)
+        if not checksum:  # the final file, not a chunk
+            raise KeyboardInterrupt
+        return written
+
+    monkeypatch.setattr(store, "write_dataset", write_then_interrupt)
+    out = tmp_path / "s.nc"
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_sweep(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
+
+
+def test_ctrl_c_while_the_work_folder_is_removed_removes_it(tmp_path, monkeypatch):
+    from samflow.sweeps import store
+
+    rmtree, calls = store.shutil.rmtree, []
+
+    def interrupted_once(path, ignore_errors=False):
+        calls.append(path)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(store.shutil, "rmtree", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        _tiny_sweep(tmp_path / "s.nc")
+    assert len(calls) == 2 and sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
+
+
+def test_a_rerun_removes_a_stale_work_folder_and_says_so(tmp_path, capsys):
+    out = tmp_path / "s.nc"
+    first = _tiny_sweep(out)
+    stale = tmp_path / "s.nc.work"
+    stale.mkdir()
+    (stale / "chunk_0_1.0123.nc").write_bytes(b"left by a run killed after its final write")
+    again = _tiny_sweep(out)
+    assert f"{out}: complete; removed its stale work folder {stale}" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
+    xr.testing.assert_identical(again, first)

@@ -147,3 +147,57 @@ def test_catapult_is_a_spike_that_returns(returns):
     b = xr.DataArray(np.linspace(0.0, 1.0, 30)[:, None], dims=("time", "coord"))
     code = discrete_behaviour(b, xr.DataArray(loss, dims="time")).values
     assert bool(code & CATAPULT) == returns
+
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    """samflow.sweep replaced by a failure: a check must come before any sweep runs."""
+
+    def sweep(*args, **kwargs):
+        raise AssertionError("a sweep ran before the arguments were checked")
+
+    monkeypatch.setattr(samflow, "sweep", sweep)
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ({"alpha": "0.1,1"}, "alpha must be a list of numbers, got the string '0.1,1'"),
+        ({"alpha": ["a"]}, "alpha must hold numbers, got <U1 values"),
+        ({"alpha": [0.1 + 1j]}, "alpha must be real, got complex values"),
+        ({"eta": [0.1, -1.0]}, "eta must hold numbers > 0, got [0.1, -1.0]"),
+        ({"handoff_rtol": "x"}, "handoff_rtol must be a number, got 'x' (str)"),
+        ({"tau_cover": 0}, "tau_cover must be > 0, got 0"),
+        ({"tau_cover": -1}, "tau_cover must be > 0, got -1"),
+        ({"tau_cover": float("nan")}, "tau_cover must be finite, got nan"),
+        ({"tau_cover": float("inf")}, "tau_cover must be finite, got inf"),
+        ({"max_steps": 0}, "max_steps must be an integer in 1.."),
+        ({"steps": 10**12}, "steps = 1000000000000: too many steps for this grid: a grid of"),
+        ({"sharpness": "yes"}, "sharpness must be True or False"),
+    ],
+)
+def test_every_argument_is_checked_before_a_sweep(no_sweep, given, message):
+    with pytest.raises(samflow.InputError) as caught:
+        validity_map("sam-l2", **{"alpha": [0.1, 0.2], "eta": [0.05, 0.1], **given})
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+        (["--tau-cover", "0"], "--tau-cover must be > 0, got 0.0"),
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--handoff-rtol", "-1"], "--handoff-rtol must be >= 0, got -1.0"),
+        (["--figure", ""], "--figure is empty; give a PNG or PDF path, or leave it out"),
+        (["--steps", "1000000000000"], "steps = 1000000000000: too many steps for this grid"),
+    ],
+)
+def test_the_command_names_its_options(no_sweep, tmp_path, capsys, options, message):
+    from samflow.cli import main
+
+    out = tmp_path / "v.nc"
+    assert main(["validity", "--out", str(out), *options]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not out.exists()

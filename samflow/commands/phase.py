@@ -63,6 +63,12 @@ def register(sub) -> None:
     p.add_argument(
         "--save-trajectories", action="store_true", help="also keep beta(time, coord) per point"
     )
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="run a discrete run that no machine finishes in a day all the same "
+        "(refused without it)",
+    )
     add_output_args(p, "--no-progress")
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="phase-diagram figure (PNG or PDF) of the first two axes")
@@ -151,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         overwrite=args.overwrite,
         history=args.command_line,
+        yes=args.yes,
     )
     if not args.quiet and "regime" in ds:
         values, n = np.unique(ds["regime"].values, return_counts=True)

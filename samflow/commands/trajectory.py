@@ -37,6 +37,12 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="timeline figure (PNG or PDF)")
     p.add_argument("--save-theta", action="store_true", help="also record theta over time")
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help="run a discrete run that no machine finishes in a day all the same "
+        "(refused without it)",
+    )
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -72,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         history=args.command_line,
         **model_from_args(args),
         seed=args.seed,
+        yes=args.yes,
     )
     write_dataset(ds, args.out)
     if not args.quiet and "regime" in ds and int(ds["regime"]) == UNRESOLVED:

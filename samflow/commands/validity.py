@@ -79,8 +79,21 @@ def run(args: argparse.Namespace) -> int:
     from samflow.sweeps.axes import parse_axis
 
     check_output(args.out, NETCDF_SUFFIXES)
-    if args.figure:
+    if args.figure is not None:
+        if not args.figure.strip():
+            raise InputError("--figure is empty; give a PNG or PDF path, or leave it out")
         check_output(args.figure, FIGURE_SUFFIXES)
+    # The options by their own names: the library would name its arguments (max_steps).
+    for option, value, low in (
+        ("--steps", args.steps, 1),
+        ("--max-steps", args.max_steps, 1),
+        ("--tau-cover", args.tau_cover, 0),
+        ("--handoff-rtol", args.handoff_rtol, 0),
+    ):
+        positive = option in ("--tau-cover",)
+        if value is not None and (value <= low if positive else value < low):
+            relation = f"> {low}" if positive else f">= {low}"
+            raise InputError(f"{option} must be {relation}, got {value}")
     if args.method == "gd" and args.rho is not None:
         raise InputError("--rho is not an option of --method gd")
     rho = None if args.method == "gd" else (RHO if args.rho is None else args.rho)
@@ -108,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for name in ("eta_valid_regime", "eta_valid_path", "eta_breakdown", "eta_sam_edge"):
             print(f"{args.out}: {name} {ds[name].values.round(4).tolist()}")
-    if args.figure:
+    if args.figure is not None:
         import matplotlib.pyplot as plt
 
         from samflow.figures.flow_validity import draw

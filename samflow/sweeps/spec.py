@@ -496,9 +496,14 @@ class SweepSpec:
     def setup(self, sharded: bool = True, theta0: np.ndarray | None = None) -> Setup:
         """The program that runs this sweep's points; with ``theta0`` ``[L, d]``, the one
         trajectory from it (:meth:`trajectory_points`), which keeps its states (``beta``
-        and ``theta``), on one device."""
+        and ``theta``), on one device. The model's methods are checked against the
+        protocol on this run's shapes first (:func:`samflow.user_code.check_model`), so a
+        user's mistake is named before it is compiled."""
         from samflow.engine import Setup
         from samflow.flows import FlowConfig
+        from samflow.user_code import check_model
+
+        check_model(self.model, self.n_layers, self.d, self.n, self.dtype)
 
         flow = (
             FlowConfig.of(self.runner, self.formulation_of(theta0), self.dtype)

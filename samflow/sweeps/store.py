@@ -7,8 +7,10 @@ sweep's key, its name holding the SHA-256 of its bytes; a rerun of the same swee
 the chunks whose checksum, key and point range match and recomputes every other one (a
 chunk of another sweep, of another chunk size, a damaged or an unreadable one is never
 used; one that fails its checksum or cannot be read is named on stderr as it is
-recomputed); then the final file is assembled and the work folder is removed. An
-interrupted and resumed sweep gives the same file as an uninterrupted one.
+recomputed); then the final file is assembled and the work folder is removed, also
+when Ctrl-C comes during or just after the final write; a rerun that finds the final
+file complete beside a work folder (a run killed there) removes the folder and says so.
+An interrupted and resumed sweep gives the same file as an uninterrupted one.
 Each chunk runs on the devices while the results of the one before it are converted and
 written (:func:`computed`), so at most two chunks are in memory at once.
 Without an output path nothing is written. What the files hold:
@@ -305,6 +307,8 @@ def run(
         if done is not None:
             if progress:
                 print(f"{out}: already complete", file=sys.stderr)
+            if work.is_dir() and _remove_stale(work, lock):
+                print(f"{out}: complete; removed its stale work folder {work}", file=sys.stderr)
             return done
         work.mkdir(parents=True, exist_ok=True)
         lock.acquire()
@@ -364,9 +368,53 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
         raise RunFailure(f"{work}: a chunk written by process 0 cannot be read here")
     ds = assemble(spec, found, attrs)
     if devices.is_writer():
-        write_dataset(ds, out)
-        shutil.rmtree(work, ignore_errors=True)
+        try:
+            write_dataset(ds, out)
+        finally:
+            # Once the final file is in place (it is renamed there whole), its chunks
+            # are spent: removed even when Ctrl-C came during or just after the write.
+            if _holds(out, key):
+                _remove_work(work)
     return ds
+
+
+def _holds(out: Path, key: str) -> bool:
+    """Whether ``out`` is the finished file of the sweep ``key`` (its attributes read,
+    not its arrays)."""
+    try:
+        with xr.open_dataset(out) as ds:
+            return ds.attrs.get("sweep_key") == key
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
+def _remove_work(work: Path) -> None:
+    """Remove the work folder ``work`` to the end: a Ctrl-C that arrives while it is
+    removed waits until it is gone (a few milliseconds), then is raised."""
+    interrupted = False
+    while True:
+        try:
+            shutil.rmtree(work, ignore_errors=True)
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
+
+
+def _remove_stale(work: Path, lock: _Lock) -> bool:
+    """Remove ``work``, the work folder of a sweep whose final file is complete (a run
+    stopped between writing it and removing the folder), unless another run holds its
+    lock; whether it was removed."""
+    try:
+        lock.acquire()
+    except InputError:
+        return False  # in use by a live run: it removes the folder itself
+    try:
+        _remove_work(work)
+    finally:
+        lock.release()
+    return True
 
 
 def _stderr(line: str) -> None:
