@@ -51,6 +51,9 @@ docs/theory/balanced.md#balanced-initialisation and its
   with ``N`` proportional to ``|u|``, so ``dN/dtau`` tends to a negative constant).
   The field is 0/0 at the origin and the discrete iterates hover there, so the
   solution is continued as ``beta = 0`` (``collapsed``) and later records are zero.
+  The edge is a collapse only where the rule's certificate proves it at that state
+  (docs/theory/regimes.md#collapse-certificates); a closed form without it goes on below
+  the edge, the linear formulation stops there unresolved.
 """
 
 from __future__ import annotations
@@ -233,7 +236,8 @@ class FlowSolution(NamedTuple):
         stop_tau: scalar, where the solve ended: the horizon, a solver failure, or the
             event (where ``log max|beta|`` crossed its edge inside the last step).
         blowup: scalar bool, True when the upper norm event ended the solve.
-        collapsed: scalar bool, True when beta reached 0 (the lower norm event).
+        collapsed: scalar bool, True when beta reached 0 (the lower norm event where a
+            collapse certificate holds).
         valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
             after a collapse). Records the solver reached before a failure stay valid:
             the failure is flagged, the accepted part of the trajectory kept.
@@ -765,6 +769,13 @@ def integrate(
     y0, field, args, log_beta_max = f.y0, f.field, f.args, f.log_beta_max
     save_scaled = save_tau * f.speed
     beta0, dbeta0 = jax.jvp(f.beta_of, (y0,), (field(save_tau[0], y0, args),))
+
+    def certified_collapse(y):
+        """Whether the rule's certificate proves that beta tends to 0 from state ``y``."""
+        if f.certify is None:
+            return jnp.zeros((), bool)
+        return f.certify(y)[0] == fates.COLLAPSE
+
     if f.singular:
         low = log_beta_max(y0) - config.singular_log_range
         high = jnp.where(
@@ -774,8 +785,16 @@ def integrate(
         )
 
         def edges(y):
+            # The lower edge is a collapse only where a certificate proves it
+            # (docs/theory/regimes.md#collapse-certificates): a closed form without one goes
+            # on (its log state stays finite: a coordinate may yet grow, as USAM's with
+            # rho mu_j < 2 does); the linear formulation, which has no certificate, stops
+            # there unresolved (its field is 0/0 at beta = 0).
             level = log_beta_max(y)
-            return jnp.minimum(high - level, level - low)
+            lower = level - low
+            if f.certify is not None:
+                lower = jnp.where(certified_collapse(y), lower, jnp.inf)
+            return jnp.minimum(high - level, lower)
 
     else:
         high = config.log_beta_max
@@ -813,11 +832,13 @@ def integrate(
     ys, y_end, event, failed = _ended(sol)
     if f.singular:
         certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
-        collapsed = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
-        edge = jnp.where(collapsed, low, high)
+        shrunk = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
+        collapsed = shrunk & certified_collapse(y_end)
+        edge = jnp.where(shrunk, low, high)
     else:
-        certified_stop, collapsed, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
-    blowup = event & ~certified_stop & ~collapsed
+        certified_stop, shrunk, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
+        collapsed = shrunk
+    blowup = event & ~certified_stop & ~shrunk
     fate = jnp.select(
         [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end)
     ).astype(jnp.int32)
