@@ -538,8 +538,24 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
         (inner_state, r0), path, last = state
+        # A step whose stages overflowed is rejected like one with too large an error: the
+        # PID controller then shortens it by its factormin. Left NaN, the error would make
+        # every later step size NaN and each step rejected up to max_steps. (diffeqsolve
+        # starts every solve with a step of 0.01: it wraps the term, and its initial-step
+        # estimate is used only for a bare ODETerm. From alpha = 2.6e-4 at L = 3, rho = 2
+        # the field is ~1e4 and that first step overflowed:
+        # docs/theory/numerics.md#overflowing-steps.)
+        # (The candidate is replaced by y0 for the error's scale: an inf there gives inf/inf.)
+        finite = jnp.all(jnp.isfinite(y1_candidate)) & jnp.all(jnp.isfinite(y_error))
         keep, tprev, tnext, jump, inner_state, result = self.inner.adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, inner_state
+            t0,
+            t1,
+            y0,
+            jnp.where(finite, y1_candidate, y0),
+            args,
+            jnp.where(finite, y_error, jnp.inf),
+            error_order,
+            inner_state,
         )
         l0, l1 = self.level(y0), self.level(y1_candidate)
         r1 = self._rate(t1, y1_candidate, args)
