@@ -380,7 +380,10 @@ RUN_ATTRS = {
     "rho": Attribute("SAM radius rho", when="not varied"),
     "mu": Attribute("the data point x = mu (y = +1)", when="one data point"),
     "n_points": Attribute("number of data points n", when="not a boundary"),
-    "collapse_factor": Attribute("collapse: ||beta||_1 falls below this times its start"),
+    "collapse_factor": Attribute(
+        "records with ||beta||_1 below this times its start are drawn as collapsed "
+        "(figures, validity map); no label uses it"
+    ),
     "eta": Attribute("step size eta", when=DISCRETE),
     "steps": Attribute("number of steps", when=DISCRETE),
     "record_every": Attribute("steps between records", when=DISCRETE),
