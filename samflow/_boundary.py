@@ -20,21 +20,27 @@ cached by the static setup and the padded batch size: a second identical call co
 nothing.
 
 Edges lie between labels of the limit only (docs/theory/regimes.md#labels-of-the-limit): a
-bracket needs both of its scan alphas decided, neither failed nor unresolved, and a
 flow runner without ``tau_cap`` is run to its fate up to
 :attr:`BoundarySearch.cap_factor` times its horizon (``tau_cap`` is written to the
-file). An edge that moved with the horizon is therefore not reported: at L = 3 the
-lower "direct edge" near alpha = 2e-3 of a run stopped at tau = 200 is gone once the
-runs below it are taken to their blow-up.
+file), and a bracket is a pair of consecutive *decided* scan alphas (neither failed nor
+unresolved) whose indicators differ. An edge that moved with the horizon is therefore not
+reported: at L = 3 the lower "direct edge" near alpha = 2e-3 of a run stopped at tau = 200
+is gone once the runs below it are taken to their blow-up.
 
-What is found, precisely: the edges whose neighbouring scan alphas differ; two edges
-closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
-point reports how many edges it has, all of them in increasing alpha (at most
-:data:`samflow.schema.MAX_EDGES`), the edge itself where there is exactly one, and why
-not (:data:`samflow.schema.WHY_NAN`) otherwise. A run that fails in the scan or in a
-bisection makes the point's edge NaN with reason ``solver_failure``: the failed alpha
-may hide an edge; a run left unresolved (its fate not decided by the cap) does the same
-with reason ``unresolved`` (``solver_failure`` is said first where both apply).
+What is found, precisely: the edges whose neighbouring decided scan alphas differ; two
+edges closer than one scan step (``alpha_range`` and ``scan_points``) are not seen. Each
+edge comes with its bracket (``alpha_<kind>_low``, ``alpha_<kind>_high``: the last
+decided alphas on each side) and its geometric middle. A bisection midpoint that fails or
+is left unresolved (runs very near an edge are slow to decide) stops that bracket's
+bisection and nothing else: the edge keeps the bracket it had. Scan runs that fail or are
+unresolved hide only the brackets beside them: between two decided scan alphas with
+different labels the edge is counted and keeps that bracket, but its place is NaN, with
+reason ``solver_failure`` (said first) or ``unresolved``; below the first or above the
+last decided scan alpha an edge may be missing, so the edges found are kept but none is
+named the only one (``alpha_<kind>`` NaN, with that reason). Each point reports how many
+edges it has, all of them in increasing alpha (at most :data:`samflow.schema.MAX_EDGES`),
+the edge itself where there is exactly one, and why not (:data:`samflow.schema.WHY_NAN`)
+otherwise.
 """
 
 from __future__ import annotations
@@ -276,50 +282,88 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
         regimes = _Regimes(spec, bar)
         regime = regimes(np.repeat(np.arange(P), S), np.tile(scan, P)).reshape(P, S)
         ok = (regime != FAILED) & (regime != UNRESOLVED)  # decided: a label of the limit
-        # Brackets: neighbouring scan alphas, both run, on either side of an edge; per
-        # bracket its kind, point, low end (scan index) and indicator at the low end.
+        # Consecutive decided scan alphas of each point (row-major: increasing alpha),
+        # (p, i) -> (p, j): the runs between them (j > i + 1) failed or are unresolved.
+        p_ok, i_ok = np.nonzero(ok)
+        same_point = p_ok[:-1] == p_ok[1:]
+        pair_p, pair_i, pair_j = p_ok[:-1][same_point], i_ok[:-1][same_point], i_ok[1:][same_point]
+        gap_failed = np.zeros(len(pair_p), bool)
+        if len(pair_p):
+            failed_before = np.concatenate(
+                [np.zeros((P, 1), int), np.cumsum(regime == FAILED, axis=1)], axis=1
+            )
+            gap_failed = failed_before[pair_p, pair_j] > failed_before[pair_p, pair_i + 1]
+        # An edge per pair whose indicators differ; per edge its kind, point, ends (scan
+        # indices), indicator at the low end, and whether runs between its ends are
+        # undecided (it is then hidden: its place inside the gap is not known).
         found = []
         for k, code in enumerate((COLLAPSE, DIRECT)):
             ind = regime == code
-            # nonzero is row-major: each point's brackets in increasing alpha
-            p, i = np.nonzero(ok[:, :-1] & ok[:, 1:] & (ind[:, :-1] != ind[:, 1:]))
-            found.append((np.full(len(p), k), p, i, ind[p, i]))
-        kind, point, low, start = (np.concatenate(v) for v in zip(*found, strict=True))
-        lo, hi = scan[low], scan[low + 1]
-        failed = np.zeros(len(kind), bool)
-        undecided = np.zeros(len(kind), bool)
-        if len(kind):
-            bar.reset(total=n_iter * len(kind))
+            e = np.nonzero(ind[pair_p, pair_i] != ind[pair_p, pair_j])[0]
+            found.append(
+                (np.full(len(e), k), pair_p[e], pair_i[e], pair_j[e], ind[pair_p[e], pair_i[e]],
+                 gap_failed[e])
+            )  # fmt: skip
+        kind, point, low, high, start, hidden_failed = (
+            np.concatenate(v) for v in zip(*found, strict=True)
+        )
+        hidden = high > low + 1
+        lo, hi = scan[low], scan[high]
+        # Bisection of the brackets between neighbouring scan alphas. A midpoint that fails
+        # or is left unresolved ends that bracket's bisection: the edge keeps the bracket
+        # of its last decided alphas, whatever the later midpoints would have done.
+        active = ~hidden
+        if active.any():
+            bar.reset(total=n_iter * int(active.sum()))
             bar.set_description("bisect")
             for _ in range(n_iter):
-                mid = 0.5 * (lo + hi)
-                r = regimes(point, mid)
-                failed |= r == FAILED
-                undecided |= r == UNRESOLVED
+                at = np.nonzero(active)[0]
+                if not len(at):
+                    break
+                mid = 0.5 * (lo[at] + hi[at])
+                r = regimes(point[at], mid)
                 decided = (r != FAILED) & (r != UNRESOLVED)
-                same = (np.where(kind == 0, r == COLLAPSE, r == DIRECT) == start) & decided
-                lo, hi = np.where(same, mid, lo), np.where(same, hi, mid)
-    edge = np.where(failed | undecided, np.nan, np.exp(0.5 * (lo + hi)))
+                is_kind = np.where(kind[at] == 0, r == COLLAPSE, r == DIRECT)
+                below = decided & (is_kind == start[at])
+                above = decided & ~below
+                lo[at] = np.where(below, mid, lo[at])
+                hi[at] = np.where(above, mid, hi[at])
+                active[at] = decided
+    edge = np.where(hidden, np.nan, np.exp(0.5 * (lo + hi)))
+    bracket_lo, bracket_hi = np.exp(lo), np.exp(hi)  # decided alphas, hidden edges too
+    # Runs below the first or above the last decided scan alpha of a point may hide edges
+    # beyond what is known: the edges found are kept, but none is said to be the only one.
+    has_ok = ok.any(axis=1)
+    first_ok = np.argmax(ok, axis=1)
+    last_ok = S - 1 - np.argmax(ok[:, ::-1], axis=1)
+    idx = np.arange(S)
+    outside = (idx < first_ok[:, None]) | (idx > last_ok[:, None]) | ~has_ok[:, None]
+    end_failed = (outside & (regime == FAILED)).any(axis=1)
+    end_open = (outside & (regime == UNRESOLVED)).any(axis=1)
 
     data = {a.name: a.array() for a in spec.axes}
     data["edge"] = np.arange(MAX_EDGES)
     for k, name in enumerate(KINDS):
         mine = kind == k
         count = np.bincount(point[mine], minlength=P)
-        every, filled = np.full((P, MAX_EDGES), np.nan), np.zeros(P, int)
+        every = np.full((3, P, MAX_EDGES), np.nan)
+        filled = np.zeros(P, int)
         # each point's edges come in increasing alpha: slot = rank among them
-        for p, e in zip(point[mine], edge[mine], strict=True):
+        for p, e, a, b in zip(
+            point[mine], edge[mine], bracket_lo[mine], bracket_hi[mine], strict=True
+        ):
             if filled[p] < MAX_EDGES:
-                every[p, filled[p]] = e
+                every[:, p, filled[p]] = e, a, b
             filled[p] += 1
-        bad = (regime == FAILED).any(axis=1) | (np.bincount(point[mine & failed], minlength=P) > 0)
-        open_ = (regime == UNRESOLVED).any(axis=1)
-        open_ |= np.bincount(point[mine & undecided], minlength=P) > 0
+        bad = end_failed | (np.bincount(point[mine & hidden & hidden_failed], minlength=P) > 0)
+        open_ = end_open | (np.bincount(point[mine & hidden], minlength=P) > 0)
         why = np.select(
             [bad, open_, count == 0, count > 1], [FAILURE, UNDECIDED, NO_EDGE, SEVERAL], FOUND
         )
-        data[f"alpha_{name}"] = np.where(why == FOUND, every[:, 0], np.nan).reshape(spec.shape)
-        data[f"alpha_{name}_all"] = every.reshape(*spec.shape, MAX_EDGES)
+        data[f"alpha_{name}"] = np.where(why == FOUND, every[0, :, 0], np.nan).reshape(spec.shape)
+        data[f"alpha_{name}_all"] = every[0].reshape(*spec.shape, MAX_EDGES)
+        data[f"alpha_{name}_low"] = every[1].reshape(*spec.shape, MAX_EDGES)
+        data[f"alpha_{name}_high"] = every[2].reshape(*spec.shape, MAX_EDGES)
         data[f"n_edges_{name}"] = count.reshape(spec.shape)
         data[f"why_nan_{name}"] = why.reshape(spec.shape)
     names = list(spec.axis_names)
@@ -337,8 +381,10 @@ def _solve(spec, lo_alpha, hi_alpha, rtol_alpha, scan_points, progress, history)
             f"bisection on log alpha of every change, {n_iter} steps (relative tolerance "
             f"{rtol_alpha:g}); the collapse edge is where the regime (a label of the "
             "limit) starts or stops being collapse, the direct edge where it starts or "
-            "stops being direct, both sides decided (not unresolved, not failed); two "
-            "edges closer than one scan step are not seen"
+            "stops being direct, between consecutive decided scan alphas (not unresolved, "
+            "not failed); each edge is the middle of its bracket of decided alphas "
+            "(alpha_<kind>_low, alpha_<kind>_high), a bisection stopping at a midpoint "
+            "that is not decided; two edges closer than one scan step are not seen"
         ),
         alpha_range=np.asarray([lo_alpha, hi_alpha]),
         rtol_alpha=rtol_alpha,

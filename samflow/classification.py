@@ -19,9 +19,12 @@ class Classification:
     """The settings of regime classification (hashable: part of a program's key).
 
     Attributes:
-        collapse_factor: a discrete run collapses when ``||beta||_1`` at the horizon falls
-            below this fraction of ``||beta(0)||_1`` (flows collapse by their event or a
-            certificate), in (0, 1).
+        collapse_factor: the scale at which a *record* counts as collapsed, in (0, 1):
+            the figures draw records with ``||beta||_1`` below this fraction of
+            ``||beta(0)||_1`` as collapsed (:func:`samflow.plotting.dominant_codes`), and the
+            validity map reads no discrete leader below it. No regime label uses it: a run
+            is labelled collapse only by a collapse certificate
+            (docs/theory/regimes.md#collapse-certificates), flows and discrete runs alike.
         plateau_fraction: the plateau ends when the loss falls to this fraction of its
             initial value, in (0, 1).
 

@@ -329,8 +329,12 @@ def _not_classified(setup: Setup, out: dict) -> None:
 def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth, rho, eta) -> Array:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``.
 
-    The collapse: ``max_j |beta_j|`` fell ``singular_log_range`` below its start (the
-    path observer's frozen floor). A certificate: for a run whose layers stay equal
+    The fall of ``max_j |beta_j|`` by ``singular_log_range`` below its start (the path
+    observer's frozen floor) decides nothing by itself
+    (docs/theory/regimes.md#collapse-certificates): a run is a collapse only where the
+    certificate below says so, and a run whose path froze there is settled by no
+    certificate of the lead (its later leaders were not followed). A certificate: for a
+    run whose layers stay equal
     (every real layer of ``theta0`` ``[L_max, d, *batch]`` equal, the paper's model,
     full batch, a rule that treats layers alike: :mod:`samflow.balanced`, whichever
     step ran) on one point ``mu > 0`` with ``y = +1``, the rule's
@@ -339,11 +343,11 @@ def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth,
     positive).
     """
     path, floor = traj.watched
-    collapsed = jnp.isinf(floor)
+    frozen = jnp.isinf(floor)
     closed = setup.rule.balanced
     alike = balanced.setting_applies("discrete", setup.rule, setup.model, setup.sampling)
     if closed is None or closed.fate is None or X.shape[0] != 1 or not alike:
-        return jnp.where(collapsed, fates.COLLAPSE, fates.OPEN).astype(jnp.int32)
+        return jnp.full(frozen.shape, fates.OPEN, jnp.int32)
     # Per point (balanced.equal_layers asks it of the whole batch, on the host).
     depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
     real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
@@ -359,9 +363,13 @@ def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth,
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
     certified = equal & one_point
     settled = (
-        certified & (code == fates.LEADS) & (path.lead == winner) & ((depth > 1) | (at_winner > 0))
+        certified
+        & ~frozen
+        & (code == fates.LEADS)
+        & (path.lead == winner)
+        & ((depth > 1) | (at_winner > 0))
     )
-    collapsed |= certified & (code == fates.COLLAPSE)
+    collapsed = certified & (code == fates.COLLAPSE)
     fate = jnp.select([collapsed, settled], [fates.COLLAPSE, fates.SETTLED], fates.OPEN)
     return fate.astype(jnp.int32)
 

@@ -51,6 +51,9 @@ docs/theory/balanced.md#balanced-initialisation and its
   with ``N`` proportional to ``|u|``, so ``dN/dtau`` tends to a negative constant).
   The field is 0/0 at the origin and the discrete iterates hover there, so the
   solution is continued as ``beta = 0`` (``collapsed``) and later records are zero.
+  The edge is a collapse only where the rule's certificate proves it at that state
+  (docs/theory/regimes.md#collapse-certificates); a closed form without it goes on below
+  the edge, the linear formulation stops there unresolved.
 """
 
 from __future__ import annotations
@@ -234,7 +237,8 @@ class FlowSolution(NamedTuple):
             first record whose beta or loss is not finite, where one is), or the event
             (where ``log max|beta|`` crossed its edge inside the last step).
         blowup: scalar bool, True when the upper norm event ended the solve.
-        collapsed: scalar bool, True when beta reached 0 (the lower norm event).
+        collapsed: scalar bool, True when beta reached 0 (the lower norm event where a
+            collapse certificate holds).
         valid: ``[T]`` bool, records that hold a solution (before the stop, or zero
             after a collapse). Records the solver reached before a failure stay valid:
             the failure is flagged, the accepted part of the trajectory kept.
@@ -536,8 +540,24 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, state):
         (inner_state, r0), path, last = state
+        # A step whose stages overflowed is rejected like one with too large an error: the
+        # PID controller then shortens it by its factormin. Left NaN, the error would make
+        # every later step size NaN and each step rejected up to max_steps. (diffeqsolve
+        # starts every solve with a step of 0.01: it wraps the term, and its initial-step
+        # estimate is used only for a bare ODETerm. From alpha = 2.6e-4 at L = 3, rho = 2
+        # the field is ~1e4 and that first step overflowed:
+        # docs/theory/numerics.md#overflowing-steps.)
+        # (The candidate is replaced by y0 for the error's scale: an inf there gives inf/inf.)
+        finite = jnp.all(jnp.isfinite(y1_candidate)) & jnp.all(jnp.isfinite(y_error))
         keep, tprev, tnext, jump, inner_state, result = self.inner.adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, inner_state
+            t0,
+            t1,
+            y0,
+            jnp.where(finite, y1_candidate, y0),
+            args,
+            jnp.where(finite, y_error, jnp.inf),
+            error_order,
+            inner_state,
         )
         l0, l1 = self.level(y0), self.level(y1_candidate)
         r1 = self._rate(t1, y1_candidate, args)
@@ -767,6 +787,13 @@ def integrate(
     y0, field, args, log_beta_max = f.y0, f.field, f.args, f.log_beta_max
     save_scaled = save_tau * f.speed
     beta0, dbeta0 = jax.jvp(f.beta_of, (y0,), (field(save_tau[0], y0, args),))
+
+    def certified_collapse(y):
+        """Whether the rule's certificate proves that beta tends to 0 from state ``y``."""
+        if f.certify is None:
+            return jnp.zeros((), bool)
+        return f.certify(y)[0] == fates.COLLAPSE
+
     if f.singular:
         low = log_beta_max(y0) - config.singular_log_range
         high = jnp.where(
@@ -776,8 +803,16 @@ def integrate(
         )
 
         def edges(y):
+            # The lower edge is a collapse only where a certificate proves it
+            # (docs/theory/regimes.md#collapse-certificates): a closed form without one goes
+            # on (its log state stays finite: a coordinate may yet grow, as USAM's with
+            # rho mu_j < 2 does); the linear formulation, which has no certificate, stops
+            # there unresolved (its field is 0/0 at beta = 0).
             level = log_beta_max(y)
-            return jnp.minimum(high - level, level - low)
+            lower = level - low
+            if f.certify is not None:
+                lower = jnp.where(certified_collapse(y), lower, jnp.inf)
+            return jnp.minimum(high - level, lower)
 
     else:
         high = config.log_beta_max
@@ -815,11 +850,13 @@ def integrate(
     ys, y_end, event, failed = _ended(sol)
     if f.singular:
         certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
-        collapsed = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
-        edge = jnp.where(collapsed, low, high)
+        shrunk = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
+        collapsed = shrunk & certified_collapse(y_end)
+        edge = jnp.where(shrunk, low, high)
     else:
-        certified_stop, collapsed, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
-    blowup = event & ~certified_stop & ~collapsed
+        certified_stop, shrunk, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
+        collapsed = shrunk
+    blowup = event & ~certified_stop & ~shrunk
     fate = jnp.select(
         [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end)
     ).astype(jnp.int32)

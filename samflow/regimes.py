@@ -11,8 +11,8 @@ the run's *fate* is decided (:mod:`samflow.fate`: an event or a certificate;
 docs/theory/regimes.md#labels-of-the-limit):
 
 - ``FAILED`` (-1): a NaN or overflow in a record inside the horizon, or the solver failed;
-- ``COLLAPSE`` (1): beta tends to 0 (the collapse event or a certificate; discrete runs
-  also ``||beta(tau_T)||_1 < collapse_factor * ||beta(0)||_1``);
+- ``COLLAPSE`` (1): beta tends to 0 (a collapse certificate, at the collapse event or at
+  the stop; docs/theory/regimes.md#collapse-certificates);
 - ``FINITE`` (7): beta tends to a finite nonzero point (a certificate);
 - from the path, read with the major coordinate (``argmax_j mu_j``, :func:`path_regime`)
   where the leader at the end leads for ever or a blow-up ended the run: ``DIRECT`` (3),
@@ -329,10 +329,11 @@ def finish(
     ``fate`` ``[*batch]`` (:mod:`samflow.fate`) says what decided the run's future:
     a regime is given only where it is decided (docs/theory/regimes.md#labels-of-the-limit).
     ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``: the regime the path
-    names (:func:`path_regime`); ``OPEN``: unresolved. ``collapse_by_records`` (discrete runs,
-    whose iterates hover at a scale set by the
-    step instead of reaching 0) also labels collapse where ``||beta(tau_T)||_1 <
-    settings.collapse_factor * ||beta(0)||_1`` (``settings``: :class:`Classification`).
+    names (:func:`path_regime`); ``OPEN``: unresolved. ``collapse_by_records`` also labels
+    collapse where ``||beta(tau_T)||_1 < settings.collapse_factor * ||beta(0)||_1``
+    (``settings``: :class:`Classification`): a reading of given records, which no runner
+    of the engine asks for (a fall proves no collapse,
+    docs/theory/regimes.md#collapse-certificates).
 
     Returns ``regime`` (int8): failed from the records, the rest from the fate;
     ``unresolved_reason`` (int8, :data:`REASON_MEANINGS`): 0 where decided, else how the

@@ -156,6 +156,7 @@ class BalancedFlow:
 def _log_form(
     log_c: Callable[[Array, Array, Array], Array],
     step_collapse: Callable[[Array, Array, Array], Array] | None = None,
+    deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -165,7 +166,8 @@ def _log_form(
     ``ds_j/dtau = mu_j u_j^(L-2) (1 - r_j)^(L-1)`` for ``s = log u``. ``log_c(log_mu,
     s, L)`` is the rule's ``log c``; every power is taken in log space.
     ``step_collapse(mu, rho, eta)``: where the discrete step keeps a shrinking run near
-    0 (see ``fate``); None: never certified.
+    0 (see ``fate``); None: never certified. ``deep_collapse(s, mu, L, rho)``: where the
+    flow at even ``L >= 4`` provably collapses (see ``fate``); None: never certified there.
     """
 
     def field(tau, s, args):
@@ -195,7 +197,8 @@ def _log_form(
         step. ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
         fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
         the discrete step only where ``step_collapse`` proves it stays near 0.
-        L >= 3: OPEN (the blow-up or collapse event decides).
+        Even L >= 4, flows: COLLAPSE where ``deep_collapse`` proves it
+        (docs/theory/regimes.md#collapse-certificates). Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -205,7 +208,11 @@ def _log_form(
         if eta is not None:
             shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
         at_two = jnp.where(region, _fate.LEADS, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
-        code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, _fate.OPEN))
+        deep = jnp.zeros((), bool)
+        if deep_collapse is not None and eta is None:
+            deep = (depth >= 4) & (depth % 2 == 0) & deep_collapse(s, mu, L, rho)
+        deeper = jnp.where(deep, _fate.COLLAPSE, _fate.OPEN)
+        code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, deeper))
         return code.astype(jnp.int32), (jnp.argmax(mu) + 1).astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -231,6 +238,19 @@ def _l2_step_collapse(mu, rho, eta):
     grows with ``h <= eta`` (``|l'| <= 1``), so the bound at ``eta`` covers every step."""
     a, lo = jnp.max(mu), jnp.min(mu)
     return eta * a * a * (1 + (1 + eta * a) / (2 + eta * a)) < lo
+
+
+def _l2_deep_collapse(s, mu, L, rho):
+    """Where the l2-SAM flow at even ``L >= 4`` provably collapses (derived in
+    docs/theory/regimes.md#collapse-certificates): ``U = max_j u_j < rho mu_min / (sqrt(L)
+    ||mu||_2)``. ``N = ||m||_2 <= sqrt(L) ||mu||_2 U^(L-1)``, so a coordinate at the
+    maximum has ``r = rho mu_j U^(L-2) / N >= rho mu_min / (sqrt(L) ||mu||_2 U) > 1`` and
+    shrinks (``(1 - r)^(L-1) < 0``, L - 1 odd): ``U`` never rises, the bound holds for
+    ever, and ``dU/dtau <= -mu_min U^(L-1) (r_0 - 1)^(L-1)`` drives ``U``, hence beta, to
+    0. Compared in logs (``s = log u``)."""
+    return jnp.max(s) < jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(
+        jnp.sum(mu * mu)
+    )
 
 
 def _usam_step_collapse(mu, rho, eta):
@@ -472,7 +492,7 @@ SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
     True,
-    _log_form(_l2_log_c, _l2_step_collapse),
+    _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse),
     layers_alike=_l2_alike,
 )
 """l2-SAM: ``eps = g / ||g||_2`` over every layer (scale invariant)."""

@@ -380,7 +380,10 @@ RUN_ATTRS = {
     "rho": Attribute("SAM radius rho", when="not varied"),
     "mu": Attribute("the data point x = mu (y = +1)", when="one data point"),
     "n_points": Attribute("number of data points n", when="not a boundary"),
-    "collapse_factor": Attribute("collapse: ||beta||_1 falls below this times its start"),
+    "collapse_factor": Attribute(
+        "records with ||beta||_1 below this times its start are drawn as collapsed "
+        "(figures, validity map); no label uses it"
+    ),
     "eta": Attribute("step size eta", when=DISCRETE),
     "steps": Attribute("number of steps", when=DISCRETE),
     "record_every": Attribute("steps between records", when=DISCRETE),
@@ -678,14 +681,34 @@ def _edge_variables(kind: str, where: str) -> dict[str, Variable]:
         f"alpha_{kind}_all": Variable(
             (GRID, "edge"),
             FLOAT,
-            f"every {kind} edge inside alpha_range, in increasing alpha (NaN: none)",
+            f"every {kind} edge inside alpha_range, in increasing alpha, the geometric "
+            "middle of its bracket (NaN: none, or hidden by undecided runs)",
             attrs={"comment": f"more than {MAX_EDGES} edges keep the first {MAX_EDGES}"},
+        ),
+        f"alpha_{kind}_low": Variable(
+            (GRID, "edge"),
+            FLOAT,
+            f"the largest decided alpha below each {kind} edge (its bracket's low end)",
+            attrs={"comment": f"the edge lies between this and alpha_{kind}_high"},
+        ),
+        f"alpha_{kind}_high": Variable(
+            (GRID, "edge"),
+            FLOAT,
+            f"the smallest decided alpha above each {kind} edge (its bracket's high end)",
+            attrs={
+                "comment": f"where runs between the two decided scan alphas of the bracket "
+                f"failed or are unresolved, alpha_{kind}_all is NaN: an edge lies inside, "
+                "its place is not known"
+            },
         ),
         f"n_edges_{kind}": Variable(
             (GRID,),
             "int32",
             f"number of {kind} edges found inside alpha_range",
-            attrs={"comment": "a lower bound where why_nan is solver_failure"},
+            attrs={
+                "comment": "hidden edges counted; a lower bound where why_nan is "
+                "solver_failure or unresolved"
+            },
         ),
         f"why_nan_{kind}": Variable(
             (GRID,),
@@ -694,9 +717,10 @@ def _edge_variables(kind: str, where: str) -> dict[str, Variable]:
             attrs={
                 "flag_values": np.arange(len(WHY_NAN), dtype=np.int8),
                 "flag_meanings": " ".join(WHY_NAN),
-                "comment": "solver_failure: a run failed in the scan or a bisection, so an "
-                "edge may be missing; unresolved: a run's fate was not decided (its label "
-                "is not one of the limit), so an edge may be missing",
+                "comment": "solver_failure / unresolved: a scan run failed / was not "
+                "decided between two decided scan alphas with different labels (the edge "
+                "there is hidden) or beyond the decided ones (an edge may be missing); "
+                "a bisection midpoint that fails or is undecided only stops that bisection",
             },
         ),
     }

@@ -15,7 +15,7 @@ import xarray as xr
 import samflow
 from samflow.cli import main
 from samflow.precision import precision
-from samflow.regimes import COLLAPSE, SEQUENTIAL, UNRESOLVED, summarize
+from samflow.regimes import COLLAPSE, SEQUENTIAL, SHRINKING, UNRESOLVED, summarize
 from samflow.sweeps.axes import parse_axis
 from samflow.sweeps.spec import SweepSpec
 
@@ -101,7 +101,11 @@ def test_summaries_made_in_the_loop_equal_those_of_the_saved_records():
         save_trajectories=True,
         chunk=5,
     )
-    assert set(np.unique(ds["regime"].values)) >= {1, 2, 3}
+    # Decided sequential and direct runs, and the runs below the collapse edge, which are
+    # unresolved at this step: the discrete map's collapse certificate needs
+    # eta mu_d^2 (1 + (1 + eta mu_d) / (2 + eta mu_d)) < mu_1, 1.24 > 1 at eta = 0.05
+    # (docs/theory/regimes.md#collapse-certificates).
+    assert set(np.unique(ds["regime"].values)) >= {UNRESOLVED, 2, 3}
     with precision("float64"):
         post = summarize(
             np.moveaxis(ds["beta"].values, (2, 3), (0, 1)),  # [time, coord, alpha, rho]
@@ -115,11 +119,14 @@ def test_summaries_made_in_the_loop_equal_those_of_the_saved_records():
             ds[name].values, np.moveaxis(np.asarray(post[name]), 0, 2), err_msg=name
         )
     # The loop checks every UNROLL steps, the records only their own: every leader seen
-    # at a record is in the path found between the steps (but after a collapse, where
-    # the loop's path is frozen and the records read rounding noise).
+    # at a record is in the path found between the steps (but not after the fall to the
+    # collapse event, where the loop's path is frozen and the records read rounding
+    # noise: such a run is collapse where certified, else unresolved and shrinking, its
+    # beta hovering far below its start).
     seen = np.moveaxis(np.asarray(post["leader_path"]), 0, -1)
+    fell = (ds["regime"].values == COLLAPSE) | (ds["unresolved_reason"].values == SHRINKING)
     for i in np.ndindex(ds["regime"].shape):
-        if ds["regime"].values[i] != COLLAPSE:
+        if not fell[i]:
             assert set(seen[i].tolist()) - {0} <= set(ds["leader_path"].values[i].tolist()), i
 
 
@@ -278,7 +285,12 @@ def test_a_user_rule_runs_everywhere(runner):
     decided = a["regime"].values != UNRESOLVED
     np.testing.assert_array_equal(a["regime"].values[decided], b["regime"].values[decided])
     np.testing.assert_array_equal(a["stop_leader"].values, b["stop_leader"].values)
-    np.testing.assert_allclose(a["final_direction"].values, b["final_direction"].values, atol=1e-6)
+    # Where both are decided: a collapse of sam-l2 is certified (beta is 0 after it, so is
+    # its direction), while the rule of yours stops at the collapse event unresolved, its
+    # records ending at a beta e^-16 of its start (docs/theory/flows.md#stopping-events).
+    np.testing.assert_allclose(
+        a["final_direction"].values[decided], b["final_direction"].values[decided], atol=1e-6
+    )
 
 
 def _free_port() -> int:

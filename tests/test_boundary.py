@@ -175,6 +175,32 @@ def test_an_undecided_run_is_said():
         search=samflow.BoundarySearch(alpha_range=(0.01, 0.05)),
     )
     assert int(ds["why_nan_collapse"]) == UNDECIDED and np.isnan(float(ds["alpha_collapse"]))
+    # Wider, from alphas that collapse (certified: docs/theory/regimes.md#collapse-certificates)
+    # through the undecided band to decided sequential runs: the collapse edge is counted
+    # with its bracket of decided scan alphas around the band, and has no place (NaN).
+    wide = samflow.boundary(
+        "sam-l2",
+        depth=4,
+        mu=MU,
+        rho=0.1,
+        axes={},
+        runner=runner,
+        search=samflow.BoundarySearch(alpha_range=(1e-3, 0.2)),
+    )
+    scan = np.geomspace(1e-3, 0.2, wide.attrs["scan_points"])
+    regime = samflow.sweep("sam-l2", depth=4, mu=MU, rho=0.1, axes={"alpha": scan}, runner=runner)[
+        "regime"
+    ].values
+    assert regime[0] == COLLAPSE and (regime == UNRESOLVED).any()  # the premise
+    assert int(wide["n_edges_collapse"]) == 1
+    assert int(wide["why_nan_collapse"]) == UNDECIDED
+    assert np.isnan(float(wide["alpha_collapse_all"].isel(edge=0)))
+    low = float(wide["alpha_collapse_low"].isel(edge=0))
+    high = float(wide["alpha_collapse_high"].isel(edge=0))
+    i, j = np.argmin(abs(scan - low)), np.argmin(abs(scan - high))
+    np.testing.assert_allclose([low, high], scan[[i, j]], rtol=1e-12)  # scan alphas
+    assert regime[i] == COLLAPSE and regime[j] not in (COLLAPSE, UNRESOLVED)
+    assert (regime[i + 1 : j] == UNRESOLVED).all() and j > i + 1
 
 
 @pytest.mark.parametrize(
@@ -249,3 +275,55 @@ def test_a_mu_axis_gives_each_direction_its_own_edge():
     np.testing.assert_allclose(
         ds["alpha_collapse"].values[2], ds["alpha_collapse"].values[1], rtol=1e-3
     )
+
+
+def test_edges_keep_their_brackets_and_match_the_closed_form():
+    """The issue's case (mu = (0.8, 1.7, 2.3, 3.9), rho = 0.4 and 2.2) and two random
+    directions: runs within ~1e-6 of the collapse edge are slow to decide, and an
+    undecided bisection midpoint used to discard the edge (NaN, unresolved, at rho = 0.4).
+    The edge now keeps the bracket of its last decided alphas, so both edges come back at
+    every rho: the collapse edge scales with rho (docs/theory/balanced.md#scale-invariance)
+    and lies above the bound below which every coordinate shrinks, the direct edge is the
+    closed form (docs/theory/balanced.md#direct-edge-depth-2)."""
+    rng = np.random.default_rng(38)
+    mus = np.vstack([[0.8, 1.7, 2.3, 3.9], np.sort(rng.uniform(0.2, 5.0, (2, 4)), axis=1)])
+    rhos = [0.4, 2.2]
+    ds = samflow.boundary(
+        "sam-l2",
+        depth=2,
+        mu=mus[0],
+        mu_set=mus,
+        axes={"mu": [0, 1, 2], "rho": rhos},
+        runner=samflow.Flow(tau_max=300.0),
+        search=samflow.BoundarySearch(alpha_range=(1e-3, 1e2)),
+    )
+    r = np.asarray(rhos)
+    for kind in ("collapse", "direct"):
+        np.testing.assert_array_equal(ds[f"why_nan_{kind}"].values, FOUND)
+        np.testing.assert_array_equal(ds[f"n_edges_{kind}"].values, 1)
+        edge = ds[f"alpha_{kind}"].values
+        low = ds[f"alpha_{kind}_low"].isel(edge=0).values
+        high = ds[f"alpha_{kind}_high"].isel(edge=0).values
+        # the edge is the geometric middle of its bracket of decided alphas
+        assert np.all((low < edge) & (edge < high))
+        np.testing.assert_allclose(edge, np.sqrt(low * high), rtol=1e-12)
+        if kind == "collapse":
+            # The issue's row: bisected to within a few rtol_alpha (1e-6) at both rho, and
+            # alpha / rho the same there (scaling), 0.387224 as the issue measured.
+            assert np.all(high[0] / low[0] - 1 < 1e-5)
+            np.testing.assert_allclose(edge[0] / r, 0.387224, rtol=0, atol=2e-6)
+            # Every row: the brackets of alpha / rho at the two rho overlap (scaling; a
+            # row's bisection may stop early at an undecided midpoint: second row here,
+            # 1.8% wide, where runs pass 2 -> 1 -> 2 -> 3 and overflow before 4 leads),
+            # above the bound below which every coordinate shrinks
+            # (docs/theory/balanced.md#balanced-l2-sam).
+            assert np.all(low[:, 0] / r[0] < high[:, 1] / r[1])
+            assert np.all(low[:, 1] / r[1] < high[:, 0] / r[0])
+            bound = mus.min(axis=1) / (np.sqrt(2) * np.linalg.norm(mus, axis=1))
+            assert np.all(low / r > bound[:, None])
+        else:
+            # the closed form (docs/theory/balanced.md#direct-edge-depth-2) lies in the
+            # bracket, widened by 3e-6 as in test_direct_edge_is_the_closed_form
+            exact = np.array([[l2sam_l2_direct_edge(mu, rho) for rho in rhos] for mu in mus])
+            assert np.all((low * (1 - 3e-6) < exact) & (exact < high * (1 + 3e-6)))
+            assert np.all(high / low - 1 < 1e-5)

@@ -182,3 +182,129 @@ def test_the_l2_certificate_is_an_invariant_region():
             s = sol.sol(t)
             assert np.argmax(s) == 3
             assert _norm_m(s) > 1.0 * (mu[-1] + mu[-2])  # still inside the region
+
+
+R_FALL = 16.2  # the collapse event's fall of log max|beta| in float64 (0.45 log(1/eps))
+
+
+def _usam_l2(mu, alpha, rho, tau, **kwargs):
+    """Independent float64 integration (SciPy DOP853, rtol 1e-11) of the balanced USAM
+    flow at L = 2 in log space: ds_j/dtau = mu_j (1 - rho c mu_j), c = sigmoid(-z),
+    z = sum_k mu_k e^(2 s_k) (log c = -log(1 + e^z), by logaddexp: no overflow)."""
+    mu = np.asarray(mu, float)
+
+    def f(t, s):
+        z = np.sum(mu * np.exp(np.minimum(2 * s, 700.0)))
+        return mu * (1 - rho * np.exp(-np.logaddexp(0.0, z)) * mu)
+
+    s0 = np.log(np.asarray(alpha, float))
+    return solve_ivp(f, (0, tau), s0, method="DOP853", rtol=1e-11, atol=1e-12, **kwargs)
+
+
+def _crossings(sol, t_from, t_to, n=200_001):
+    """Leader changes of beta = u^2 (the argmax of s) on a fine grid of the dense output,
+    each refined by bisection to 1e-10 in tau: [(tau, new leader 1-based)]."""
+    t = np.linspace(t_from, t_to, n)
+    lead = np.argmax(sol.sol(t), axis=0)
+    out = []
+    for k in np.nonzero(lead[1:] != lead[:-1])[0]:
+        a, b, old = t[k], t[k + 1], lead[k]
+        while b - a > 1e-10:
+            m = 0.5 * (a + b)
+            a, b = (m, b) if np.argmax(sol.sol(m)) == old else (a, m)
+        out.append((b, int(lead[k + 1]) + 1))
+    return out
+
+
+def test_the_usam_collapse_event_is_no_label():
+    """The issue's example (docs/theory/regimes.md#collapse-certificates): USAM at L = 2 with
+    rho mu_1 = 1 < 2 keeps coordinate 1 growing (c <= 1/2), so the fall of max|beta| by
+    e^R at tau 2.03 was no collapse. samflow now follows it on: path 2 -> 1 -> 2, returned,
+    with the hand-offs of an independent integration run to tau 1e4 (80x samflow's stop)."""
+    mu, alpha, rho = [1.0, 4.0], [1e-9, 0.1], 1.0
+    ds = samflow.trajectory(
+        "usam", depth=2, mu=mu, alpha_per_coord=alpha, rho=rho,
+        runner=samflow.Flow(tau_max=200.0, tau_cap=1000.0),
+    )  # fmt: skip
+    assert ds.attrs["regime_meaning"] == "returned" and int(ds["limit_coord"]) == 2
+    np.testing.assert_array_equal(ds["leader_path"].values[:4], [2, 1, 2, 0])
+    sol = _usam_l2(mu, alpha, rho, 1e4, dense_output=True)
+    assert sol.success
+    # Only these two hand-offs up to 80x the stop; the major leads at the end of it.
+    seen = _crossings(sol, 0.0, 1e4)
+    assert [c[1] for c in seen] == [1, 2]
+    assert np.argmax(sol.y[:, -1]) == 1
+    # Stated bound of a hand-off time: 3e-5 / |dD/dtau| (docs/theory/regimes.md#definitions);
+    # the slopes here are about 4.5 and 0.08 (the second crossing is shallow): 1e-3 covers
+    # both with room, and is 1e3 times below the 1.5 tau a missed step would cost.
+    np.testing.assert_allclose(
+        ds["handoff_tau"].values[1:3], [c[0] for c in seen], rtol=0, atol=1e-3
+    )
+    assert abs(seen[0][0] - 4.10) < 0.01 and abs(seen[1][0] - 96.0) < 0.1
+
+
+def test_usam_is_collapse_only_where_it_collapses():
+    """USAM at L = 2 from random non-uniform starts (alpha_j log-uniform in [1e-6, 1]): no
+    run with rho mu_1 < 2 is labelled collapse (a coordinate with rho mu_j < 2 grows for
+    ever), and every collapse label is confirmed by an independent integration run to
+    100 times samflow's stop: max|beta| falls further, at every rate below 0 at its end."""
+    mu = np.array([1.0, 2.0, 3.0, 4.0])
+    ds = samflow.sweep(
+        "usam", depth=2, mu=mu, axes={"seed": np.arange(16), "rho": [0.5, 1.5, 2.5, 6.0]},
+        alpha_range=(1e-6, 1.0), runner=samflow.Flow(tau_max=50.0, tau_cap=500.0),
+    )  # fmt: skip
+    regime = ds["regime"].transpose("seed", "rho").values
+    rho = ds["rho"].values
+    collapse = regime == samflow.regimes.COLLAPSE
+    assert not collapse[:, rho * mu.min() < 2].any()
+    assert collapse.sum() >= 8  # the premise: there are collapse labels to check
+    alphas = ds["seed_alpha"].transpose("seed", "coord").values
+    stops = ds["stop_tau"].transpose("seed", "rho").values
+    for i, k in zip(*np.nonzero(collapse), strict=True):
+        a = alphas[i]
+        sol = _usam_l2(mu, a, rho[k], 100 * stops[i, k])
+        assert sol.success
+        s_end = sol.y[:, -1]
+        # beta = u^2 fell below the event's level and goes on falling
+        assert 2 * s_end.max() < 2 * np.log(a).max() - R_FALL
+        z = np.sum(mu * np.exp(2 * s_end))
+        assert np.all(mu * (1 - rho[k] * mu / (1 + np.exp(z))) < 0)
+
+
+@pytest.mark.parametrize(
+    ("depth", "rho", "alphas"), [(2, 1.0, [0.05, 0.3]), (4, 0.1, [2e-3, 5e-3])]
+)
+def test_l2_collapses_are_still_collapse(depth, rho, alphas):
+    """l2-SAM, uniform alpha well below the collapse edge (0.384 at L = 2, rho = 1; about
+    0.025 at L = 4, rho = 0.1): collapse, now by the certificates of
+    docs/theory/regimes.md#collapse-certificates, and an independent integration run to 100
+    times samflow's stop sees max_j u_j never rise after that stop and beta fall e^40 below
+    its start (the finite-time collapse)."""
+    ds = samflow.sweep(
+        "sam-l2", depth=depth, mu=MU, rho=rho, axes={"alpha": alphas},
+        runner=samflow.Flow(tau_max=100.0),
+    )  # fmt: skip
+    assert (ds["regime"].values == samflow.regimes.COLLAPSE).all()
+    mu, L = np.asarray(MU), depth
+
+    def f(t, s):  # ds_j/dtau = mu_j u^(L-2) (1 - r_j)^(L-1), r_j = rho mu_j u^(L-2) / N
+        log_n = 0.5 * (np.log(L) + logsumexp(2 * np.log(mu) + 2 * (L - 1) * s))
+        lift = (L - 2) * s
+        r = np.exp(np.log(rho) + np.log(mu) + lift - log_n)
+        return mu * np.exp(lift) * (1 - r) ** (L - 1)
+
+    for alpha, stop in zip(alphas, ds["stop_tau"].values, strict=True):
+        s0 = np.full(4, np.log(alpha))
+
+        def fallen(t, s, s0=s0):
+            return L * (s.max() - s0.max()) + 40.0
+
+        fallen.terminal = True
+        sol = solve_ivp(
+            f, (0, 100 * stop), s0, method="DOP853", rtol=1e-11, atol=1e-12,
+            events=fallen, dense_output=True,
+        )  # fmt: skip
+        assert sol.status == 1  # the fall of e^40 came before 100x the stop
+        after = sol.sol(np.linspace(min(stop, sol.t[-1]), sol.t[-1], 2001)).max(axis=0)
+        # max u never rises: 1e-9 of log u is rounding of the rtol-1e-11 solve
+        assert np.all(np.diff(after) < 1e-9)

@@ -294,3 +294,30 @@ def test_a_solver_object_runs_as_its_name():
     assert len(keys) == 2
     with pytest.raises(samflow.InputError, match="a diffrax solver"):
         samflow.Flow(solver=3)
+
+
+def test_an_overflowing_first_step_is_retried_shorter():
+    """l2-SAM, L = 3, mu = (1, 2, 3, 4), rho = 2, alpha = 2.6e-4 failed at the solver's
+    first step (stop_tau 0): diffeqsolve's first step of 0.01 overflowed (the field is
+    ~1e4 there), and the NaN error stalled the PID controller
+    (docs/theory/numerics.md#overflowing-steps). Now the step is retried shorter and the
+    run reaches its horizon, where it agrees with an independent SciPy integration (DOP853,
+    rtol 1e-11) of ds_j/dtau = mu_j u_j (1 - r_j)^2, r_j = rho mu_j u_j / N."""
+    mu, rho, alpha, T = np.array([1.0, 2.0, 3.0, 4.0]), 2.0, 2.6e-4, 50.0
+    ds = samflow.trajectory(
+        "sam-l2", depth=3, mu=mu, alpha=alpha, rho=rho,
+        runner=samflow.Flow(tau_max=T, save=samflow.LogSpaced(9)),
+    )  # fmt: skip
+    assert ds.attrs["regime_meaning"] != "failed" and ds.attrs["stop_tau"] == T
+
+    def f(t, s):
+        log_n = 0.5 * (np.log(3) + np.log(np.sum(mu**2 * np.exp(4 * s))))
+        r = np.exp(np.log(rho * mu) + s - log_n)
+        return mu * np.exp(s) * (1 - r) ** 2
+
+    sol = solve_ivp(f, (0, T), np.full(4, np.log(alpha)), method="DOP853", rtol=1e-11, atol=1e-12)
+    assert sol.success
+    # log beta = 3 s, |s| <= 9: the engine's rtol 1e-8 gives ~1e-7 in s; the major sits
+    # near the degenerate fixed point u = rho / sqrt(3), where errors do not grow. 1e-5
+    # is 100x that and far below a wrong trajectory (s moves by O(1) over the run).
+    np.testing.assert_allclose(np.log(ds["beta"].values[-1]) / 3, sol.y[:, -1], rtol=0, atol=1e-5)

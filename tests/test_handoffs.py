@@ -278,7 +278,11 @@ def test_labels_do_not_move_with_the_records_or_the_order_of_mu(runner, finer):
         return samflow.sweep("sam-l2", depth=4, mu=mu, axes=GRID, rho=1.0, runner=runner)
 
     base = run(runner, MU)
-    assert len(np.unique(base["regime"].values)) >= 3  # the grid is not trivial
+    # The grid is not trivial. Discrete runs below the collapse edge fall to the collapse
+    # event but no collapse certificate of the map covers eta = 0.05 (or L >= 3), so they
+    # are unresolved (docs/theory/regimes.md#collapse-certificates): a decided label and
+    # unresolved runs there, three labels for the flow.
+    assert len(np.unique(base["regime"].values)) >= (3 if runner.mode == "flow" else 2)
     fine = run(finer, MU)
     for name, value in _labels(base).items():
         np.testing.assert_array_equal(_labels(fine)[name], value, err_msg=name)

@@ -185,8 +185,8 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "--collapse-factor",
         type=finite_float("collapse-factor"),
         default=default(Classification, "collapse_factor"),
-        help="discrete runs: collapse when ||beta||_1 at the horizon < factor * "
-        "||beta(0)||_1 (flows collapse by their event or a certificate)",
+        help="figures and the validity map draw a record with ||beta||_1 < factor * "
+        "||beta(0)||_1 as collapsed (no regime label uses it: collapse needs a certificate)",
     )
 
 
