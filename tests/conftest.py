@@ -36,8 +36,7 @@ def _release_compiled_programs():
     in ``tests/test_mappings.py``); a release there, between two calls of one test,
     would be seen by a test that counts compiles, so here the programs go between files,
     at a quarter of the cap (one file added at most about 10,000 in a whole run), and a
-    file compiles again
-    only what it needs after a release, not after every file.
+    file compiles again only what it needs after a release, not after every file.
     """
     yield
     count = mappings.count()
