@@ -27,6 +27,7 @@ does not release at every call.
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 from pathlib import Path
@@ -52,8 +53,9 @@ def count() -> int | None:
         return None
 
 
+@functools.cache
 def cap() -> int:
-    """The most mappings a process may hold (``vm.max_map_count``)."""
+    """The most mappings a process may hold (``vm.max_map_count``, read once)."""
     try:
         return int(MAX_MAP_COUNT.read_text().strip())
     except (OSError, ValueError):
@@ -63,13 +65,11 @@ def cap() -> int:
 def threshold() -> int:
     """The count of mappings past which :func:`relieve` releases the compiled programs:
     half way from what was left after the last release to the cap."""
-    limit = cap()
-    return _floor + (limit - _floor) // 2
+    return _floor + (cap() - _floor) // 2
 
 
 def releases() -> int:
-    """How many times :func:`relieve` has released the compiled programs in this
-    process."""
+    """How many times :func:`release` has run in this process."""
     return _releases
 
 
@@ -91,14 +91,26 @@ def watch() -> None:
     _watching = True
 
 
+def release() -> None:
+    """Drop every compiled program of this process now (``jax.clear_caches()``, which
+    also empties the executables of every live ``jit``), unmapping their kernels; what
+    is left becomes the floor of :func:`threshold`."""
+    global _floor, _releases
+    if "jax" in sys.modules:
+        sys.modules["jax"].clear_caches()
+    gc.collect()
+    _floor = count() or 0
+    _releases += 1
+
+
 def relieve() -> bool:
-    """Release every compiled program when this process's memory mappings are past
-    :func:`threshold`; returns whether it did.
+    """:func:`release` when this process's memory mappings are past :func:`threshold`;
+    returns whether it did.
 
     Costs nothing when nothing was compiled since the last call (one count of
     ``/proc/self/maps``, about a millisecond per 10,000 mappings, when something was).
     """
-    global _compiled, _floor, _releases
+    global _compiled
     watch()
     if not _compiled:
         return False
@@ -106,9 +118,5 @@ def relieve() -> bool:
     n = count()
     if n is None or n <= threshold():
         return False
-    if "jax" in sys.modules:
-        sys.modules["jax"].clear_caches()
-    gc.collect()
-    _floor = count() or 0
-    _releases += 1
+    release()
     return True

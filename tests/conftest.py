@@ -1,4 +1,3 @@
-import gc
 import sys
 from pathlib import Path
 
@@ -40,6 +39,5 @@ def _release_compiled_programs():
     """
     yield
     count = mappings.count()
-    if count is not None and count > mappings.cap() // 4 and "jax" in sys.modules:
-        sys.modules["jax"].clear_caches()
-        gc.collect()
+    if count is not None and count > mappings.cap() // 4:
+        mappings.release()

@@ -165,28 +165,19 @@ def test_an_undecided_run_is_said():
     slowly for thousands of tau): no edge is reported across them, and the reason says
     why."""
     runner = samflow.Flow(tau_max=20.0, save=samflow.LogSpaced(19), tau_cap=40.0)
-    ds = samflow.boundary(
-        "sam-l2",
-        depth=4,
-        mu=MU,
-        rho=0.1,
-        axes={},
-        runner=runner,
-        search=samflow.BoundarySearch(alpha_range=(0.01, 0.05)),
-    )
+
+    def edges(alpha_range):
+        search = samflow.BoundarySearch(alpha_range=alpha_range)
+        return samflow.boundary(
+            "sam-l2", depth=4, mu=MU, rho=0.1, axes={}, runner=runner, search=search
+        )
+
+    ds = edges((0.01, 0.05))
     assert int(ds["why_nan_collapse"]) == UNDECIDED and np.isnan(float(ds["alpha_collapse"]))
     # Wider, from alphas that collapse (certified: docs/theory/regimes.md#collapse-certificates)
     # through the undecided band to decided sequential runs: the collapse edge is counted
     # with its bracket of decided scan alphas around the band, and has no place (NaN).
-    wide = samflow.boundary(
-        "sam-l2",
-        depth=4,
-        mu=MU,
-        rho=0.1,
-        axes={},
-        runner=runner,
-        search=samflow.BoundarySearch(alpha_range=(1e-3, 0.2)),
-    )
+    wide = edges((1e-3, 0.2))
     scan = np.geomspace(1e-3, 0.2, wide.attrs["scan_points"])
     regime = samflow.sweep("sam-l2", depth=4, mu=MU, rho=0.1, axes={"alpha": scan}, runner=runner)[
         "regime"
