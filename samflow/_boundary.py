@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samflow import inputs
+from samflow._removed import refuse
 from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import layer_rows
@@ -143,6 +144,7 @@ class BoundarySearch:
         return max(9, math.ceil(SCAN_PER_DECADE * decades) + 1)
 
 
+@refuse("collapse_factor")
 def boundary(
     method: str | PerturbationRule,
     *,

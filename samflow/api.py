@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samflow import inputs
+from samflow._removed import refuse
 from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import balanced_start, check_alpha, from_array
@@ -71,6 +72,7 @@ def initial_theta(
     return from_array(theta0, d)
 
 
+@refuse("collapse_factor", "sharpness", "active_threshold")
 def trajectory(
     method: str | PerturbationRule,
     *,
@@ -304,6 +306,7 @@ def _model_call(spec: SweepSpec) -> dict:
     }
 
 
+@refuse("collapse_factor", "plateau_fraction", "sharpness", "active_threshold")
 def sweep(
     method: str | PerturbationRule,
     *,

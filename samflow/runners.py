@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from samflow._removed import refuse
 from samflow.errors import InputError
 from samflow.inputs import integer, positive, real, real_array
 
@@ -121,6 +122,7 @@ def _check_schedule(save, kinds: tuple[type, ...], runner: str):
     return save
 
 
+@refuse("record_every", "log_records", "record_steps")
 @dataclass(frozen=True)
 class Discrete:
     """Discrete steps ``theta <- theta - eta * grad Loss(theta + rho eps)``.
@@ -252,6 +254,7 @@ class Discrete:
         return f"Discrete({shown})"
 
 
+@refuse("n_save", "tau_min", "save_tau")
 @dataclass(frozen=True)
 class Flow:
     """The rescaled flow (one point) or SAM gradient flow (n points), with diffrax.

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from samflow import inputs
+from samflow._removed import refuse
 from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import is_balanced, layer_rows, random_scales
@@ -106,6 +107,7 @@ def identity(value):
     return value
 
 
+@refuse("collapse_factor", "plateau_fraction", "sharpness", "active_threshold")
 @dataclass(frozen=True)
 class SweepSpec:
     """Everything that defines a sweep's result (hashed to guard resumption).
@@ -262,6 +264,7 @@ class SweepSpec:
         return Model(self.parametrization, self.loss)
 
     @classmethod
+    @refuse("collapse_factor", "plateau_fraction", "sharpness", "active_threshold")
     def from_inputs(
         cls,
         method: str | PerturbationRule,
