@@ -99,6 +99,13 @@ class BoundarySearch:
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
+
+    Examples:
+        >>> import samflow
+        >>> samflow.BoundarySearch().n_scan()  # the default range, 1e-3 to 1e3
+        49
+        >>> samflow.BoundarySearch(alpha_range=(0.1, 10), scan_points=5).n_scan()
+        5
     """
 
     alpha_range: tuple[float, float] = (1e-3, 1e3)
@@ -194,6 +201,16 @@ def boundary(
         InputError: a bad input, named, before anything is compiled (an ``alpha`` axis,
             a ``search`` that is not a :class:`BoundarySearch`, a scan too large for
             memory, ...).
+
+    Examples:
+        Where l2-SAM's regime changes in alpha for one point (a coarse, quick search):
+
+        >>> import samflow
+        >>> search = samflow.BoundarySearch(alpha_range=(0.1, 10), scan_points=3, rtol_alpha=0.05)
+        >>> edges = samflow.boundary("sam-l2", depth=2, mu=[1, 2, 3, 4], rho=1.0, axes={},
+        ...                          runner=samflow.Flow(tau_max=20.0), search=search)
+        >>> round(float(edges.alpha_collapse), 1), round(float(edges.alpha_direct), 1)
+        (0.4, 0.9)
     """
     if not isinstance(axes, Mapping):
         raise InputError(f"axes must be a mapping of axis name to values, got {axes!r}")

@@ -61,6 +61,16 @@ class FitResult(NamedTuple):
             loss are not all finite, -1 if none (the run goes on past it).
         saved_params: with ``save_params``, the parameters at every record (the same
             pytree, each leaf ``[T, *leaf shape]``); else None.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> result = samflow.fit(lambda p: jnp.sum(p**2), jnp.ones(2), "gd",
+        ...                      runner=samflow.Discrete(eta=0.25, steps=4), dtype="float64")
+        >>> result.step.tolist(), result.loss.tolist()  # each step halves p: the loss / 4
+        ([0, 1, 2, 3, 4], [2.0, 0.5, 0.125, 0.03125, 0.0078125])
+        >>> int(result.failed_step), result.saved_params is None
+        (-1, True)
     """
 
     step: Array
@@ -125,6 +135,18 @@ def fit(
             ``Discrete``, parameters that are not float arrays, an unknown dtype, records
             that would not fit in memory, a loss that is not a scalar, stochastic
             settings without ``data`` or that do not fit it (each named).
+
+    Examples:
+        l2-SAM on a quadratic in a pytree of parameters, 50 steps:
+
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> def loss(p):
+        ...     return jnp.sum((p["w"] - 1.0) ** 2)
+        >>> result = samflow.fit(loss, {"w": jnp.zeros(3)}, "sam-l2", rho=0.05,
+        ...                      runner=samflow.Discrete(eta=0.1, steps=50), dtype="float64")
+        >>> float(result.loss[0]), result.params["w"].round(2).tolist()
+        (3.0, [1.0, 1.0, 1.0])
     """
     rule = get_rule(method)
     rho = check_rho(rule, rho)

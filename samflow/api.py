@@ -145,6 +145,20 @@ def trajectory(
     Raises:
         InputError: a bad input, named, before JAX is imported; among them a ``seed``
             given to a deterministic run (it would change nothing).
+
+    Examples:
+        One trajectory of the rescaled l2-SAM flow at depth 2, classified (the README's
+        example):
+
+        >>> import samflow
+        >>> t = samflow.trajectory("sam-l2", depth=2, mu=[1, 2, 3, 4], alpha=0.5, rho=1.0,
+        ...                        runner=samflow.Flow(tau_max=50.0))
+        >>> t.attrs["regime_meaning"]
+        'sequential'
+        >>> t.beta.dims, t.beta.shape
+        (('time', 'coord'), (200, 4))
+        >>> samflow.FLAG_MEANINGS.split()[int(t.regime) + 1]  # the code, read by its flag
+        'sequential'
     """
     X, y = inputs.check_problem(mu, data, loss)
     given_theta0 = theta0
@@ -381,6 +395,19 @@ def sweep(
         InputError: a bad input, named, before anything is compiled; among them a
             ``seed`` given to a run with no stochastic steps, or an ``out`` holding
             another sweep without ``overwrite``.
+
+    Examples:
+        GD's regimes at four initialisation scales, in memory (a short discrete run: its
+        fate is decided where a certificate proves it, else it is ``unresolved``):
+
+        >>> import samflow
+        >>> ds = samflow.sweep("gd", depth=2, mu=[1, 2, 3, 4], axes={"alpha": "0.05:5:4:log"},
+        ...                    runner=samflow.Discrete(eta=0.05, steps=200))
+        >>> ds.regime.dims, ds.alpha.values.round(3).tolist()
+        (('alpha',), [0.05, 0.232, 1.077, 5.0])
+        >>> labels = samflow.FLAG_MEANINGS.split()
+        >>> [labels[int(code) + 1] for code in ds.regime]
+        ['direct', 'direct', 'direct', 'unresolved']
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")

@@ -30,6 +30,15 @@ class Classification:
 
     Raises:
         InputError: a field outside (0, 1), or not a number.
+
+    Examples:
+        >>> import samflow
+        >>> samflow.Classification(collapse_factor=1e-4)
+        Classification(collapse_factor=0.0001, plateau_fraction=0.5)
+        >>> samflow.Classification(plateau_fraction=2.0)
+        Traceback (most recent call last):
+            ...
+        samflow.errors.InputError: plateau-fraction must lie in (0, 1), got 2.0
     """
 
     collapse_factor: float = 1e-3

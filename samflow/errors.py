@@ -7,6 +7,16 @@ class InputError(ValueError):
     Raised by every constructor and entry point of samflow before anything is computed
     or compiled; a subclass of ``ValueError``, so code that catches that catches it.
     Its one argument is the message: one line naming the bad value and what is wanted.
+
+    Examples:
+        >>> import samflow
+        >>> try:
+        ...     samflow.Flow(tau_max=-1.0)
+        ... except samflow.InputError as error:
+        ...     print(error)
+        tau-max must be > 0, got -1.0
+        >>> issubclass(samflow.InputError, ValueError)
+        True
     """
 
 

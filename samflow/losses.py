@@ -47,6 +47,23 @@ class Loss(ABC):
     Raises:
         InputError: a subclass's constructor refuses its own bad options (the
             built-ins take none), naming the value.
+
+    Examples:
+        A loss of one's own, half the squared error, with its two derivatives:
+
+        >>> from dataclasses import dataclass
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> @dataclass(frozen=True)
+        ... class HalfSquared(samflow.Loss):
+        ...     name: str = "half-squared"
+        ...     def derivatives(self, p, y):
+        ...         r = p - y
+        ...         return 0.5 * r * r, r, jnp.ones_like(r)
+        >>> [v.tolist() for v in HalfSquared().derivatives(jnp.array([3.0]), jnp.array([1.0]))]
+        [[2.0], [2.0], [1.0]]
+        >>> samflow.Model(loss=HalfSquared()).classifies  # not a margin loss: no regimes
+        False
     """
 
     name: str
@@ -77,6 +94,23 @@ class MarginLoss(Loss):
     Raises:
         InputError: a subclass's constructor refuses its own bad options, naming the
             value.
+
+    Examples:
+        The exponential loss written as a margin loss of one's own:
+
+        >>> from dataclasses import dataclass
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> @dataclass(frozen=True)
+        ... class Exp(samflow.MarginLoss):
+        ...     name: str = "my-exponential"
+        ...     def phi(self, z):
+        ...         e = jnp.exp(-z)
+        ...         return e, -e, e
+        >>> float(Exp().value(jnp.array([1.0]), jnp.array([-1.0]))[0])  # phi(y p) = e
+        2.71828
+        >>> samflow.Model(loss=Exp()).classifies  # the product network, a margin loss
+        True
     """
 
     margin: ClassVar[bool] = True

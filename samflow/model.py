@@ -249,6 +249,17 @@ class Model:
             protocol, naming the value; one that cannot be hashed ("make it a frozen
             dataclass"). Its methods are checked against the protocol when a run first
             uses them, on the run's shapes (:func:`samflow.user_code.check_model`).
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> model = samflow.Model()  # the paper's: the product network, the logistic loss
+        >>> model.parametrization.name, model.loss.name, model.classifies
+        ('product', 'logistic', True)
+        >>> model.beta(jnp.array([[1.0, 2.0], [3.0, 0.5]])).tolist()  # beta = w1 * w2
+        [3.0, 1.0]
+        >>> samflow.Model("u2-v2", "squared").classifies  # no regimes for regression
+        False
     """
 
     parametrization: Parametrization = PRODUCT

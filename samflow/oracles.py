@@ -46,7 +46,13 @@ def _problem(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def squared_loss(X, y, beta) -> np.ndarray:
-    """``(1/(2n)) ||X beta - y||^2`` for ``beta`` ``[..., d]``."""
+    """``(1/(2n)) ||X beta - y||^2`` for ``beta`` ``[..., d]``.
+
+    Examples:
+        >>> from samflow.oracles import squared_loss
+        >>> float(squared_loss([[1.0, 0.0], [0.0, 2.0]], [1.0, 2.0], [0.0, 0.0]))  # (1 + 4) / 4
+        1.25
+    """
     X, y = _problem(X, y)
     r = np.asarray(beta) @ X.T - y
     return 0.5 * np.mean(r**2, axis=-1)
@@ -54,13 +60,26 @@ def squared_loss(X, y, beta) -> np.ndarray:
 
 def woodworth_potential(beta, alpha: float) -> np.ndarray:
     """``Q_alpha(beta) = alpha^2 sum_i q(beta_i / alpha^2)``, ``q(z) = 2 - sqrt(4 + z^2) +
-    z arcsinh(z / 2)`` (Woodworth et al. 2020), over the last axis of ``beta``."""
+    z arcsinh(z / 2)`` (Woodworth et al. 2020), over the last axis of ``beta``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from samflow.oracles import woodworth_potential
+        >>> float(woodworth_potential([0.0, 2.0], alpha=1.0).round(4))  # 2 - sqrt(8) + 2 asinh(1)
+        0.9343
+    """
     z = np.asarray(beta, dtype=np.float64) / alpha**2
     return alpha**2 * np.sum(2 - np.sqrt(4 + z**2) + z * np.arcsinh(z / 2), axis=-1)
 
 
 def min_l2_interpolant(X, y) -> np.ndarray:
-    """``argmin ||beta||_2`` s.t. ``X beta = y``: ``X^+ y`` (the kernel regime, alpha -> inf)."""
+    """``argmin ||beta||_2`` s.t. ``X beta = y``: ``X^+ y`` (the kernel regime, alpha -> inf).
+
+    Examples:
+        >>> from samflow.oracles import min_l2_interpolant
+        >>> min_l2_interpolant([[1.0, 2.0]], [2.0]).round(6).tolist()  # y x / ||x||^2
+        [0.4, 0.8]
+    """
     X, y = _problem(X, y)
     return np.linalg.pinv(X) @ y
 
@@ -71,6 +90,11 @@ def min_l1_interpolant(X, y) -> np.ndarray:
     A linear program in ``beta = p - q``, ``p, q >= 0``: ``min sum(p + q)`` s.t.
     ``X (p - q) = y`` (HiGHS). For data in general position the solution is unique
     and has at most n nonzero coordinates.
+
+    Examples:
+        >>> from samflow.oracles import min_l1_interpolant
+        >>> min_l1_interpolant([[1.0, 2.0]], [2.0]).round(6).tolist()  # all on the larger x_j
+        [0.0, 1.0]
     """
     X, y = _problem(X, y)
     d = X.shape[1]
@@ -106,6 +130,12 @@ class Interpolant:
     ``beta`` ``[d]``; ``nu`` ``[n]``, the dual variable: ``beta = 2 alpha^2 sinh(X^T nu)``;
     ``residual``: ``||X beta - y|| / ||y||`` (primal feasibility; stationarity holds by
     construction); ``newton_steps``.
+
+    Examples:
+        >>> from samflow.oracles import woodworth_interpolant
+        >>> solved = woodworth_interpolant([[1.0, 2.0]], [2.0], alpha=1.0)
+        >>> solved.beta.shape, solved.nu.shape, bool(solved.residual < 1e-10)
+        ((2,), (1,), True)
     """
 
     beta: np.ndarray
@@ -144,6 +174,16 @@ def woodworth_interpolant(X, y, alpha: float, *, max_steps: int = 500) -> Interp
     cancellation. Each step moves ``X^T nu`` by at most ``MAX_DUAL_MOVE`` (from
     ``nu = 0`` at alpha = 1e-8 that is ~20 steps). Stops when the residual is below
     ``NEWTON_RTOL ||y||``; raises if it does not get there.
+
+    Examples:
+        Between the rich (min-l1) and the kernel (min-l2) interpolants as alpha grows:
+
+        >>> from samflow.oracles import woodworth_interpolant
+        >>> X, y = [[1.0, 2.0]], [2.0]
+        >>> woodworth_interpolant(X, y, alpha=1e-3).beta.round(3).tolist()  # near [0, 1]
+        [0.001, 1.0]
+        >>> woodworth_interpolant(X, y, alpha=1e3).beta.round(3).tolist()  # [0.4, 0.8]
+        [0.4, 0.8]
     """
     X, y = _problem(X, y)
     if not alpha > 0:
@@ -198,7 +238,13 @@ def woodworth_interpolant(X, y, alpha: float, *, max_steps: int = 500) -> Interp
 
 def u2v2_beta(S, alpha: float) -> np.ndarray:
     """``beta = 2 alpha^2 sinh(4 S)`` for ``S`` ``[..., d]``, as ``sign(S) (e^(4|S| + log
-    alpha^2) - e^(-4|S| + log alpha^2))``: finite wherever beta is, for any alpha > 0."""
+    alpha^2) - e^(-4|S| + log alpha^2))``: finite wherever beta is, for any alpha > 0.
+
+    Examples:
+        >>> from samflow.oracles import u2v2_beta
+        >>> u2v2_beta([0.0, 0.25], alpha=1.0).round(4).tolist()  # 2 sinh(1) = 2.3504
+        [0.0, 2.3504]
+    """
     S = np.asarray(S, dtype=np.float64)
     log_a2, a = 2.0 * np.log(alpha), np.abs(S)
     return np.sign(S) * (np.exp(4 * a + log_a2) - np.exp(-4 * a + log_a2))
@@ -230,6 +276,19 @@ def u2v2_gradient_flow(
     ``t_eval`` ``[T]`` times to return; ``events`` passed to ``solve_ivp`` (functions of
     ``(t, S)``; :func:`u2v2_beta` maps ``S`` to beta). Returns the ``solve_ivp`` result
     with ``beta`` ``[T, d]`` added.
+
+    Examples:
+        The flow from a small start reaches Woodworth's interpolant:
+
+        >>> from samflow.oracles import u2v2_gradient_flow, woodworth_interpolant
+        >>> X, y = [[1.0, 2.0]], [2.0]
+        >>> solution = u2v2_gradient_flow(X, y, alpha=0.1, t_eval=[0.0, 200.0])
+        >>> solution.beta.shape
+        (2, 2)
+        >>> solution.beta[-1].round(3).tolist()
+        [0.097, 0.952]
+        >>> woodworth_interpolant(X, y, alpha=0.1).beta.round(3).tolist()
+        [0.097, 0.952]
     """
     X, y = _problem(X, y)
     n = X.shape[0]
@@ -271,6 +330,12 @@ class Saddles:
     gradient at each jump (``|s_i| <= 1``; ``|s_i| = 1`` where a coordinate may be
     nonzero); ``losses`` ``[K + 1]``: ``L(betas[k])``; ``entering`` ``[K + 1]``: the
     coordinate (0-based; -1 at the start) whose ``|s_i|`` reached 1 at each jump.
+
+    Examples:
+        >>> from samflow.oracles import saddle_to_saddle
+        >>> path = saddle_to_saddle([[1.0, 2.0]], [2.0])
+        >>> path.betas.shape, path.entering.tolist()  # the start, then coordinate 1
+        ((2, 2), [-1, 1])
     """
 
     times: np.ndarray
@@ -314,6 +379,14 @@ def saddle_to_saddle(X, y, *, max_jumps: int = 200) -> Saddles:
     generic case of the paper: one coordinate reaches the boundary at a time and each
     constrained problem has a unique solution (``X`` restricted to the support has full
     column rank).
+
+    Examples:
+        One point: the larger coordinate enters first, at once the interpolant:
+
+        >>> from samflow.oracles import saddle_to_saddle
+        >>> path = saddle_to_saddle([[1.0, 2.0]], [2.0])
+        >>> path.betas[-1].round(6).tolist(), path.times.round(4).tolist()
+        ([0.0, 1.0], [0.0, 0.125])
     """
     X, y = _problem(X, y)
     n, d = X.shape

@@ -131,6 +131,29 @@ class Parametrization(ABC):
     Raises:
         InputError: a subclass's constructor refuses its own bad options, naming the
             value; :meth:`check_rows` refuses a ``theta`` or depth of another row count.
+
+    Examples:
+        A parametrisation of one's own, ``beta = u * v`` (two rows), with its derivatives:
+
+        >>> from dataclasses import dataclass
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> @dataclass(frozen=True)
+        ... class Times(samflow.Parametrization):
+        ...     name: str = "times"
+        ...     rows: int = 2
+        ...     def beta(self, theta):
+        ...         return theta[0] * theta[1]
+        ...     def jacobian(self, theta):
+        ...         return jnp.stack([theta[1], theta[0]])
+        ...     def curvature(self, theta):
+        ...         one, zero = jnp.ones_like(theta[0]), jnp.zeros_like(theta[0])
+        ...         return jnp.stack([jnp.stack([zero, one]), jnp.stack([one, zero])])
+        >>> theta = jnp.array([[2.0, 3.0], [0.5, -1.0]])
+        >>> Times().beta(theta).tolist(), Times().jacobian(theta)[0].tolist()
+        ([1.0, -3.0], [0.5, -1.0])
+        >>> samflow.Model(Times(), "squared").parametrization.rows
+        2
     """
 
     name: str

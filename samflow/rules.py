@@ -356,6 +356,22 @@ class PerturbationRule:
             form, ``layers_alike`` on a random rule or one without a direction. When
             first traced (:meth:`perturbed`): an ``eps`` whose structure, shapes or
             dtypes differ from the gradient's.
+
+    Examples:
+        The built-in rules, and a rule of one's own (the sign of the gradient, which is
+        linf-SAM's direction):
+
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> import samflow
+        >>> [(rule.name, rule.scale_invariant) for rule in (samflow.GD, samflow.SAM_L2)]
+        [('gd', True), ('sam-l2', True)]
+        >>> sign = samflow.PerturbationRule(
+        ...     "sam-sign", lambda g, batch_ndim: jax.tree.map(jnp.sign, g), scale_invariant=True)
+        >>> sign.needs_rho
+        True
+        >>> sign.direction(jnp.array([0.5, -2.0]), 0).tolist()
+        [1.0, -1.0]
     """
 
     name: str
@@ -536,6 +552,17 @@ def get_rule(method: str | PerturbationRule) -> PerturbationRule:
 
     Raises:
         InputError: ``method`` is neither a known name nor a rule (naming it).
+
+    Examples:
+        >>> import samflow
+        >>> samflow.METHODS
+        ('gd', 'sam-l2', 'sam-linf', 'usam')
+        >>> samflow.get_rule("sam-l2") is samflow.SAM_L2
+        True
+        >>> samflow.get_rule("sam")
+        Traceback (most recent call last):
+            ...
+        samflow.errors.InputError: unknown method 'sam'; choose one of gd, sam-l2, ...
     """
     if isinstance(method, PerturbationRule):
         return method

@@ -54,6 +54,13 @@ class Every:
 
     Raises:
         InputError: ``k`` not an integer >= 1.
+
+    Examples:
+        >>> import samflow
+        >>> samflow.Discrete(eta=0.1, steps=100, save=samflow.Every(25)).times().tolist()
+        [0, 25, 50, 75, 100]
+        >>> samflow.Discrete(eta=0.1, steps=10, save=samflow.Every(4)).times().tolist()
+        [0, 4, 8, 10]
     """
 
     k: int | None = None
@@ -77,6 +84,13 @@ class LogSpaced:
     Raises:
         InputError: ``n`` not an integer >= 1, or ``first`` not a number (the runner
             checks it against its horizon).
+
+    Examples:
+        >>> import samflow
+        >>> samflow.Flow(tau_max=100.0, save=samflow.LogSpaced(2)).times().tolist()
+        [0.0, 0.01, 100.0]
+        >>> samflow.Discrete(eta=0.1, steps=1000, save=samflow.LogSpaced(3)).times().tolist()
+        [0, 1, 32, 1000]
     """
 
     n: int
@@ -100,6 +114,13 @@ class At:
     Raises:
         InputError: fewer than two times, a first time other than 0, times that do not
             increase, or a boolean among them.
+
+    Examples:
+        >>> import samflow
+        >>> samflow.Flow(save=samflow.At((0, 1, 5))).tau_max  # the last time is the horizon
+        5.0
+        >>> samflow.Discrete(eta=0.1, save=samflow.At((0, 10, 30))).steps
+        30
     """
 
     times: tuple[float, ...]
@@ -148,6 +169,16 @@ class Discrete:
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
+
+    Examples:
+        >>> import samflow
+        >>> runner = samflow.Discrete(eta=0.05, steps=1000)  # saves every steps // 100 steps
+        >>> runner.times()[:3].tolist(), len(runner.times())
+        ([0, 10, 20], 101)
+        >>> samflow.Discrete(eta=0.05, steps=0)
+        Traceback (most recent call last):
+            ...
+        samflow.errors.InputError: steps must be an integer in 1..4611686018427387903, got 0
     """
 
     eta: float = 0.01
@@ -284,6 +315,13 @@ class Flow:
             solver object that cannot solve the flow (:func:`check_solver`) and a
             ``tau_cap`` past ``tau_max / eps`` (float64's eps), where one rounding unit
             of the solver's time is longer than the recorded run.
+
+    Examples:
+        >>> import samflow
+        >>> runner = samflow.Flow(tau_max=50.0)  # 200 saves: 0 and 199 log-spaced times
+        >>> times = runner.times()
+        >>> len(times), float(times[0]), float(times[1]), float(times[-1])  # tau_max 1e-4 first
+        (200, 0.0, 0.005, 50.0)
     """
 
     tau_max: float = 50.0

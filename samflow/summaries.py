@@ -38,6 +38,13 @@ class Summaries:
 
     Raises:
         InputError: a flag that is not a bool, or a threshold that is not a number > 0.
+
+    Examples:
+        >>> import samflow
+        >>> samflow.Summaries().names()
+        ('l1_norm', 'l2_norm', 'n_active')
+        >>> samflow.Summaries(sharpness=True).names()[-2:]
+        ('sharpness', 'hessian_trace')
     """
 
     test_error: bool = False

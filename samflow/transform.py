@@ -78,6 +78,25 @@ def sam(
     Raises:
         InputError: a ``base`` that is not an optax transformation, an unknown rule, or
             a bad or missing ``rho`` (naming the value).
+
+    Examples:
+        Three steps of l2-SAM with SGD on a quadratic whose minimum is at 1:
+
+        >>> import jax
+        >>> import jax.numpy as jnp
+        >>> import optax
+        >>> import samflow
+        >>> def loss(p):
+        ...     return jnp.sum((p - 1.0) ** 2)
+        >>> tx = samflow.sam(optax.sgd(0.1), rho=0.05)
+        >>> params = jnp.zeros(2)
+        >>> state = tx.init(params)
+        >>> for _ in range(3):
+        ...     grads = jax.grad(loss)(params)
+        ...     updates, state = tx.update(grads, state, params, grad_fn=jax.grad(loss))
+        ...     params = optax.apply_updates(params, updates)
+        >>> params.tolist()
+        [0.5053, 0.5053]
     """
     if not isinstance(base, optax.GradientTransformation):
         raise InputError(

@@ -124,6 +124,21 @@ def study(
     ``min_accuracy``: a run whose final test accuracy is below it did not learn; its
     seed's pairs are left out of the paired differences (None: all count). Returns the
     Dataset of :mod:`samflow.images.results` (an ``alpha`` dim for several alphas).
+
+    Examples:
+        GD against l2-SAM on scikit-learn's built-in 8x8 digits, with the L = 2 diagonal
+        network on the pixels (the CNN is ``model="cnn"``), tiny and quick:
+
+        >>> from samflow.images import study
+        >>> result = study(["gd", "sam-l2"], dataset="digits", model="diagonal", steps=10,
+        ...                seeds=1, n_train=64, n_test=64, batch=None, record_every=5,
+        ...                examples=2, log=lambda _: None)
+        >>> result.optimizer.values.tolist(), result.step.values.tolist()
+        (['gd', 'sam-l2'], [0, 5, 10])
+        >>> result.background_share.dims
+        ('optimizer', 'seed')
+        >>> bool((result.loss.isel(record=-1) < result.loss.isel(record=0)).all())
+        True
     """
     alphas = check_alphas(alpha)
     check_conv(conv)

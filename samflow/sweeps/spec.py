@@ -149,6 +149,15 @@ class SweepSpec:
         InputError: a field of the wrong type or out of range, fields that conflict
             (``rho`` as a value and an axis, ``beta_star`` without summaries, ...), or a
             result that would not fit in memory; the message names the value.
+
+    Examples:
+        The description of a 64-point regime map, checked without running it:
+
+        >>> import samflow
+        >>> spec = samflow.SweepSpec.from_inputs("sam-l2", depth=2, mu=[1, 2, 3, 4], rho=1.0,
+        ...     axes={"alpha": "0.05:5:64:log"}, runner=samflow.Flow(tau_max=200.0))
+        >>> spec.size, spec.rule.name, spec.runner.tau_max
+        (64, 'sam-l2', 200.0)
     """
 
     rule: PerturbationRule
