@@ -190,6 +190,11 @@ def gallery() -> str:
                 f"`samflow figures --quick --only {name}` and copy its PNG there)"
             )
         title, body = _docstring(name)
+        # the number is the figure's place in FIGURES (as in figures.md and the
+        # command's list), whatever number its docstring gives itself
+        rest = re.sub(r"^Figure \d+:?\s*", "", title)
+        sep = " " if rest.startswith("(") else ": "
+        title = f"Figure {number}{sep}{rest}"
         out += [
             f"## {number}. `{name}` {{ #{name} }}",
             "",
