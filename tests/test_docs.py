@@ -85,3 +85,10 @@ def test_signatures_are_not_fenced_as_code():
         for language, body in _fences(page.read_text()):
             if language == "python":
                 assert not re.search(r"^\S.*\) -> ", body, flags=re.M), page.name
+
+
+def test_no_markdown_link_inside_an_example():
+    """A Markdown link in a code block shows literally (``[text](page.md)``)."""
+    for page in PAGES:
+        for _, body in _fences(page.read_text()):
+            assert not re.search(r"\]\([\w/.-]+\.md(#[\w-]+)?\)", body), page.name
