@@ -110,3 +110,30 @@ def test_figure_numbers_follow_the_list():
     figures_page = (ROOT / "docs" / "figures.md").read_text()
     sections = re.findall(r"^## (\d+)\. `(\w+)`", figures_page, flags=re.M)
     assert [(int(n), name) for n, name in sections] == list(enumerate(FIGURES, 1))
+
+
+def test_docstring_citations_become_links():
+    """docs/hooks.py turns a docstring's ``docs/theory/X.md#anchor`` into a link named by
+    the heading, relative to the page; a page that does not exist fails the build."""
+    import sys
+    from types import SimpleNamespace
+
+    import pytest
+
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    from mkdocs.exceptions import PluginError
+
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="reference/runs.md"))
+    html = "<p>see (docs/theory/flows.md#rescaled-flows) and <code>docs/faq.md</code></p>"
+    out = hooks.cite_links(html, page)
+    assert '<a href="../theory/flows.html#rescaled-flows">Rescaled flows</a>' in out
+    assert '<a href="../faq.html">FAQ and troubleshooting</a>' in out
+    # inside a code block it stays text
+    pre = "<pre><code>docs/theory/flows.md#rescaled-flows</code></pre>"
+    assert hooks.cite_links(pre, page) == pre
+    with pytest.raises(PluginError, match="no page"):
+        hooks.cite_links("<p>docs/theory/nowhere.md#x</p>", page)
