@@ -5,9 +5,15 @@
   :mod:`samflow.schema`;
 - ``gallery.md``: every figure of :data:`samflow.figures.FIGURES`, its module's
   docstring, its picture in ``docs/gallery/`` and the command that builds it;
-- ``reference.md``: ``::: samflow.NAME`` of a public name becomes the name's module
-  path (from ``samflow._WHERE``), and a public name of ``samflow.__all__`` missing from
-  the page fails the build.
+- ``reference/*.md``: the reference by topic; a public name of ``samflow.__all__``
+  without a ``::: samflow.NAME`` entry on one of its pages fails the build. Entries keep
+  their public path (``samflow.boundary``, not the module that defines it), and so do
+  their anchors;
+- every page: a docstring's citation of a page of the site as plain text
+  (``docs/theory/flows.md#rescaled-flows``, how the source cites it) becomes a link to
+  that page and section, named by its heading; a citation of a page or heading that does
+  not exist fails the build (a heading that does not exist links the page, said in the
+  log).
 
 Each page holds a marker (``<!-- cli -->``, ``<!-- schema:KIND -->``, ``<!-- gallery
 -->``) where the generated text goes.
@@ -18,11 +24,14 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
+import logging
 import os
 import re
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
+
+log = logging.getLogger("mkdocs.hooks")
 
 DOCS = Path(__file__).resolve().parent
 HELP_WIDTH = "86"
@@ -36,9 +45,21 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         return re.sub(r"<!-- schema:(\w+) -->", lambda m: schema_tables(m.group(1)), markdown)
     if name == "gallery.md":
         return markdown.replace("<!-- gallery -->", gallery())
-    if name == "reference.md":
+    if name.startswith("reference/"):
         return reference(markdown)
     return markdown
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    return cite_links(html, page)
+
+
+def on_post_build(config) -> None:
+    import samflow
+
+    missing = sorted(set(samflow.__all__) - _NAMED - {"__version__"})
+    if missing:
+        raise PluginError(f"reference/: public names without an entry: {', '.join(missing)}")
 
 
 # ---- The command line ---------------------------------------------------------------
@@ -169,6 +190,11 @@ def gallery() -> str:
                 f"`samflow figures --quick --only {name}` and copy its PNG there)"
             )
         title, body = _docstring(name)
+        # the number is the figure's place in FIGURES (as in figures.md and the
+        # command's list), whatever number its docstring gives itself
+        rest = re.sub(r"^Figure \d+:?\s*", "", title)
+        sep = " " if rest.startswith("(") else ": "
+        title = f"Figure {number}{sep}{rest}"
         out += [
             f"## {number}. `{name}` {{ #{name} }}",
             "",
@@ -206,22 +232,67 @@ def _rst(text: str) -> str:
 
 # ---- The API reference --------------------------------------------------------------
 
+_NAMED: set[str] = set()
+
 
 def reference(markdown: str) -> str:
-    import samflow
-
-    where = {**samflow._WHERE, "InputError": "samflow.errors", "__version__": "samflow.version"}
-    named = set()
-
-    def resolve(match: re.Match) -> str:
-        name = match.group(1)
-        if name not in where:  # a module, or a name under one: mkdocstrings finds it
-            return match.group(0)
-        named.add(name)
-        return f"::: {where[name]}.{name}"
-
-    markdown = re.sub(r"^::: samflow\.(\w+)[ \t]*$", resolve, markdown, flags=re.M)
-    missing = sorted(set(samflow.__all__) - named - {"__version__"})
-    if missing:
-        raise PluginError(f"reference.md: public names without an entry: {', '.join(missing)}")
+    """Record the public names with an entry on this page (checked after the build)."""
+    _NAMED.update(re.findall(r"^::: samflow\.(\w+)[ \t]*$", markdown, flags=re.M))
     return markdown
+
+
+# ---- Citations of pages in docstrings -----------------------------------------------
+
+CITE = re.compile(
+    r"(?:<code>)?(?<![\w/\"=.])docs/((?:theory/)?[\w-]+)\.md(?:#([\w-]+))?(?:</code>)?"
+)
+
+
+def _titles(src: str) -> dict[str | None, str]:
+    """The headings of page ``src`` (relative to docs/): anchor -> text, None -> its
+    title."""
+    path = DOCS / src
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    titles: dict[str | None, str] = {}
+    for level, heading, anchor in re.findall(
+        r"^(#+)\s+(.*?)\s*(?:\{\s*#([\w-]+)\s*\})?\s*$", text, flags=re.M
+    ):
+        plain = heading.replace("`", "")
+        if level == "#" and None not in titles:
+            titles[None] = plain
+        slug = anchor or re.sub(r"[^\w\- ]", "", plain.lower()).strip().replace(" ", "-")
+        titles.setdefault(slug, plain)
+    return titles
+
+
+def cite_links(html: str, page) -> str:
+    """``docs/X.md#anchor`` in rendered text (docstrings) -> a link to that section."""
+    if "docs/" not in html:
+        return html
+    depth = page.file.src_uri.count("/")
+    up = "../" * depth
+
+    def link(match: re.Match) -> str:
+        src, anchor = match.group(1) + ".md", match.group(2)
+        titles = _titles(src)
+        if not titles:
+            raise PluginError(
+                f"{page.file.src_uri}: a docstring cites {match.group(0)!r}, no page of the site"
+            )
+        if anchor and anchor not in titles:
+            # a section not there (yet): the page itself, said in the build's log
+            log.info(
+                "%s: cites %s, no such heading: linked to the page",
+                page.file.src_uri,
+                match.group(0),
+            )
+            anchor = None
+        text = titles[anchor] if anchor else titles.get(None, src)
+        href = up + src[:-3] + ".html" + (f"#{anchor}" if anchor else "")
+        return f'<a href="{href}">{text}</a>'
+
+    # not inside code blocks (<pre>): split them out
+    parts = re.split(r"(<pre.*?</pre>)", html, flags=re.S)
+    return "".join(p if p.startswith("<pre") else CITE.sub(link, p) for p in parts)

@@ -1,4 +1,4 @@
-"""Figure 13: the l2-SAM regime edges at L = 2 in invariant coordinates, alpha / rho over
+"""Figure 14: the l2-SAM regime edges at L = 2 in invariant coordinates, alpha / rho over
 the direction of mu.
 
 Balanced l2-SAM at L = 2 on one point is invariant under ``(u, rho) -> (c u, c rho)``

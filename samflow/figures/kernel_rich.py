@@ -1,4 +1,4 @@
-"""Figure 14: kernel and rich regimes. Test error, ||beta||_1 and the final sharpness
+"""Figure 15: kernel and rich regimes. Test error, ||beta||_1 and the final sharpness
 against the initialisation scale alpha, for GD, SGD, n-SAM and 1-SAM on sparse
 regression, with Woodworth's curve and the l1 / l2 limits.
 

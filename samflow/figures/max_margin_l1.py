@@ -1,4 +1,4 @@
-"""Figure 12: on many points, L = 2 turns beta towards the l1 max-margin direction
+"""Figure 13: on many points, L = 2 turns beta towards the l1 max-margin direction
 (Theorem 4.2), L = 1 towards the l2 one (Theorem 3.1).
 
 Four random separable data sets, n = 6 Gaussian points in d = 8 labelled by a

@@ -1,4 +1,4 @@
-"""Figure 11: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
+"""Figure 12: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
 
 The motivating picture. Balanced flows from 16 starts ``w^(l) = (alpha_1, alpha_2)``
 with ``alpha_j`` in {0.4, 0.7, 1.5, 3.2} (rho = 1), at L = 2 (top) and L = 3 (bottom),

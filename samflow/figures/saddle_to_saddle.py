@@ -1,4 +1,4 @@
-"""Figure 15: saddle to saddle. Gradient flow on u^2 - v^2 (squared loss) against
+"""Figure 16: saddle to saddle. Gradient flow on u^2 - v^2 (squared loss) against
 t / log(1/alpha), beside the paper's minor-first staircase on the same axes.
 
 Regression data: n = 5 Gaussian points in d = 10, ``y = X beta*`` with a 3-sparse

@@ -1,4 +1,4 @@
-"""Figure 16: 1-SAM against n-SAM against GD on sparse regression (Andriushchenko &
+"""Figure 17: 1-SAM against n-SAM against GD on sparse regression (Andriushchenko &
 Flammarion 2022), over rho and random problems.
 
 Their claim: on sparse regression with a diagonal network, SAM's implicit bias is
