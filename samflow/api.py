@@ -14,6 +14,7 @@ settings.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -274,6 +275,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
             "flow_formulation": setup.flow.formulation,
         }
     outcome["underflow_at_start"] = bool(r["underflow_at_start"])
+    _say_nonfinite(spec, X, y, theta0, r["theta_final"][:depth], outcome)
     settings = {
         "method": rule.name,
         "depth": depth,
@@ -292,6 +294,35 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
+
+
+def _say_nonfinite(spec: SweepSpec, X, y, theta0, theta_final, outcome: dict) -> None:
+    """Warn, naming the user's method, where a run failed (``failed_step`` >= 0, or a flow's
+    ``solver_failed``) and one of the user's methods is not finite at its start or at its
+    last finite state (:func:`samflow.user_code.nonfinite_method`): the record dates the
+    NaN, this names its maker."""
+    if outcome.get("failed_step", -1) < 0 and not outcome.get("solver_failed", False):
+        return
+    from samflow.user_code import nonfinite_method
+
+    when = (
+        f"failed_step {outcome['failed_step']}"
+        if "failed_step" in outcome
+        else f"stop_tau {outcome['stop_tau']:.6g}"
+    )
+    for theta, at in ((theta0, "its start theta0"), (theta_final, "its last state")):
+        if not np.all(np.isfinite(theta)):
+            continue
+        found = nonfinite_method(spec.model, theta, X, y, spec.dtype)
+        if found is not None:
+            warnings.warn(
+                f"the run failed ({when}): {found[0]} returns {found[1]} at {at}; "
+                "its value must be finite wherever the run goes "
+                "(docs/theory/models.md#models-of-your-own)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
 
 
 def _model_call(spec: SweepSpec) -> dict:
