@@ -379,10 +379,12 @@ def sweep(
         dtype: ``float64`` or ``float32``.
         out: None runs in memory and writes nothing; a path makes the resumable store
             the command line uses (rerun the same call to resume; a finished file of
-            the same sweep is returned as it is, one of another sweep is refused unless
-            ``overwrite``).
+            the same sweep, as this version writes it, is returned as it is, one of
+            another sweep is refused unless ``overwrite``).
         progress: show a progress bar.
-        overwrite: replace a file of another sweep at ``out``.
+        overwrite: recompute ``out`` and rewrite it, also where it holds another sweep
+            (a file of the same sweep from another samflow version, or whose attributes
+            differ from what this run writes, is recomputed without it).
         chunk: grid points per call of the compiled program.
         mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
         alpha_range: for a ``seed`` axis, alpha_j log-uniform in ``(low, high)``.

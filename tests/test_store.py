@@ -334,3 +334,81 @@ def test_a_rerun_removes_a_stale_work_folder_and_says_so(tmp_path, capsys):
     assert f"{out}: complete; removed its stale work folder {stale}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
     xr.testing.assert_identical(again, first)
+
+
+def _rewrite(out, change) -> int:
+    """``out`` rewritten with ``change(ds)`` applied; its new mtime."""
+    ds = xr.load_dataset(out)
+    change(ds)
+    out.unlink()
+    ds.to_netcdf(out)
+    return out.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda ds: ds["loss"].attrs.update(long_name="old text"), "loss: long_name 'old text'"),
+        (lambda ds: ds.attrs.update(samflow_version="0.0.1"), "written by samflow 0.0.1, not"),
+        (lambda ds: ds.attrs.update(collapse_factor=9.0), "attribute collapse_factor is 9.0"),
+        (lambda ds: ds.attrs.update(extra="x"), "its attribute extra is 'x', not None"),
+    ],
+)
+def test_a_file_of_this_sweep_as_another_version_wrote_it_is_recomputed(
+    tmp_path, capsys, change, said
+):
+    """A finished file whose key matches but whose text is not this version's (the
+    issue's stale reuse: a long_name changed between versions) is recomputed, said on
+    stderr; the rewritten file is the one a fresh run writes."""
+    out = tmp_path / "s.nc"
+    first = _tiny_sweep(out)
+    written = xr.load_dataset(out)
+    _rewrite(out, change)
+    again = _tiny_sweep(out)
+    err = capsys.readouterr().err
+    assert f"samflow: {out} holds this sweep but" in err and said in err
+    same_result(xr.load_dataset(out), written)
+    xr.testing.assert_equal(again, first)
+
+
+def test_overwrite_always_recomputes_and_rewrites(tmp_path, capsys):
+    """``overwrite`` rewrites a finished file of the same sweep (it returned the old file,
+    stale text and all); a plain rerun of a file as this version writes it reuses it."""
+    out = tmp_path / "s.nc"
+    first = _tiny_sweep(out)
+    written = xr.load_dataset(out)
+    mtime = out.stat().st_mtime_ns
+    _tiny_sweep(out)
+    assert out.stat().st_mtime_ns == mtime  # as this version writes it: reused
+    _rewrite(out, lambda ds: ds["loss"].attrs.update(long_name="old text"))
+    again = samflow.sweep(
+        "gd", depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 0.2, 0.3]}, chunk=1, out=out,
+        runner=samflow.Discrete(eta=0.1, steps=10), overwrite=True,
+    )  # fmt: skip
+    assert xr.load_dataset(out)["loss"].attrs["long_name"] == first["loss"].attrs["long_name"]
+    same_result(xr.load_dataset(out), written)
+    xr.testing.assert_equal(again, first)
+    assert "holds this sweep but" not in capsys.readouterr().err  # overwrite asks no question
+
+
+def test_a_chunk_of_another_samflow_version_is_recomputed(tmp_path, capsys):
+    """A chunk whose key matches but that another samflow version wrote is never used."""
+    from samflow.io import write_dataset
+
+    out = tmp_path / "s.nc"
+    with pytest.raises(KeyboardInterrupt):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(STOP_AFTER_ENV, "2")
+            _tiny_sweep(out)
+    chunks = sorted((tmp_path / "s.nc.work").glob("chunk_*.nc"))
+    assert len(chunks) == 2
+    ds = xr.load_dataset(chunks[0])
+    ds.attrs["samflow_version"] = "0.0.1"
+    chunks[0].unlink()
+    write_dataset(ds, chunks[0].parent / (chunks[0].name.split(".")[0] + ".nc"), False, True)
+    done = _tiny_sweep(out)
+    err = capsys.readouterr().err
+    assert err.count("holds another sweep or another samflow version's; recomputing it") == 1
+    fresh = _tiny_sweep(tmp_path / "fresh.nc")
+    xr.testing.assert_equal(done, fresh)
+    same_result(xr.load_dataset(out), xr.load_dataset(tmp_path / "fresh.nc"))

@@ -73,7 +73,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="phase-diagram figure (PNG or PDF) of the first two axes")
     p.add_argument(
-        "--overwrite", action="store_true", help="replace an --out that holds another sweep"
+        "--overwrite",
+        action="store_true",
+        help="recompute --out and rewrite it, also where it holds another sweep",
     )
     p.set_defaults(func=run)
 

@@ -35,8 +35,9 @@ from samflow.errors import InputError, RunFailure
 from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, checksum_holds, write_dataset, write_text_atomic
 from samflow.regimes import MAX_LEADERS
-from samflow.schema import SWEEP
+from samflow.schema import SWEEP, file_attrs
 from samflow.sweeps.spec import SweepSpec
+from samflow.version import __version__
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
 
@@ -178,7 +179,8 @@ def _read_chunk(
     work: Path, key: str, flat: np.ndarray, say: Callable[[str], None] | None = None
 ) -> xr.Dataset | None:
     """The chunk of the points ``flat`` in ``work`` if one has the bytes its checksum
-    names, is readable, of sweep ``key`` and holds exactly ``flat``; else None. With
+    names, is readable, of sweep ``key``, written by this samflow version and holds
+    exactly ``flat``; else None. With
     ``say``, each file found and not used is named (a line to ``say``) and removed."""
     for path in sorted(work.glob(f"{_chunk_name(flat)}.*.nc")):
         ds = None
@@ -188,10 +190,15 @@ def _read_chunk(
             except (OSError, ValueError, RuntimeError):
                 ds = None
         if ds is not None and ds.attrs.get("sweep_key") == key:
-            if np.array_equal(ds["point"].values, flat):
-                return ds
+            if ds.attrs.get("samflow_version") == __version__:
+                if np.array_equal(ds["point"].values, flat):
+                    return ds
         if say is not None:
-            why = "fails its checksum" if ds is None else "holds another sweep"
+            why = (
+                "fails its checksum"
+                if ds is None
+                else "holds another sweep or another samflow version's"
+            )
             say(f"samflow: chunk {path} {why}; recomputing it")
             path.unlink(missing_ok=True)
     return None
@@ -255,19 +262,51 @@ def _held_key(key_file: Path) -> str | None:
     return held.get("key") if isinstance(held, dict) else None
 
 
-def _finished(out: Path, key: str, overwrite: bool) -> xr.Dataset | None:
-    """The finished result at ``out`` if it is this sweep's; refuse another's."""
-    if not out.exists():
+def _finished(out: Path, key: str, attrs: dict, overwrite: bool) -> xr.Dataset | None:
+    """The finished result at ``out`` if it is this sweep's, as this samflow writes it;
+    None where there is none, or ``overwrite`` (always recomputed and rewritten), or the
+    file holds this sweep but differs from what this run would write (another samflow
+    version, another attribute text: :func:`_differs`, said on stderr: when in doubt,
+    recompute); refuse another sweep's."""
+    if not out.exists() or overwrite:
         return None
     try:
         ds = xr.load_dataset(out)
     except (OSError, ValueError, RuntimeError):
         ds = None
     if ds is not None and ds.attrs.get("sweep_key") == key:
-        return ds
-    if not overwrite:
-        what = "another sweep" if ds is not None else "an unreadable file"
-        raise InputError(f"{out} holds {what}; pass overwrite (--overwrite) or choose another out")
+        stale = _differs(ds, attrs)
+        if stale is None:
+            return ds
+        _stderr(f"samflow: {out} holds this sweep but {stale}; recomputing it")
+        return None
+    what = "another sweep" if ds is not None else "an unreadable file"
+    raise InputError(f"{out} holds {what}; pass overwrite (--overwrite) or choose another out")
+
+
+def _shown(value) -> str:
+    """An attribute's value for a message: NumPy scalars and arrays as Python ones."""
+    return repr(value.tolist() if isinstance(value, np.ndarray | np.generic) else value)
+
+
+def _differs(ds: xr.Dataset, attrs: dict) -> str | None:
+    """How the finished file ``ds`` of this sweep differs from what this run writes (its
+    global attributes, ``history`` aside, with this samflow's and its libraries'
+    versions; each variable's attributes as the schema says them now), or None."""
+    want = {k: v for k, v in file_attrs(**attrs).items() if k != "history"}
+    have = {k: v for k, v in ds.attrs.items() if k != "history"}
+    if have.get("samflow_version") != want.get("samflow_version"):
+        return (
+            f"was written by samflow {have.get('samflow_version')}, not "
+            f"{want.get('samflow_version')}"
+        )
+    for name in sorted(set(want) | set(have)):
+        a, b = have.get(name), want.get(name)
+        if a is None or b is None or not np.array_equal(np.asarray(a), np.asarray(b)):
+            return f"its attribute {name} is {_shown(a)}, not {_shown(b)}"
+    problems = SWEEP.check(ds)
+    if problems:
+        return f"its text differs from this version's ({problems[0]})"
     return None
 
 
@@ -303,7 +342,7 @@ def run(
     work = out.with_name(out.name + ".work")
     lock = _Lock(work / "lock")
     if devices.is_writer():
-        done = _finished(out, key, overwrite)
+        done = _finished(out, key, attrs, overwrite)
         if done is not None:
             if progress:
                 print(f"{out}: already complete", file=sys.stderr)
@@ -348,6 +387,7 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
             if todo[i]:
                 ds = chunk_dataset(next(results), flat, spec.dtype)
                 ds.attrs["sweep_key"] = key
+                ds.attrs["samflow_version"] = __version__
                 if devices.is_writer():
                     # A chunk lives until the sweep is done: written uncompressed (zlib
                     # took four times as long as computing it, bench case 1's grid), no
