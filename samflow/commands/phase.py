@@ -66,8 +66,7 @@ def register(sub) -> None:
     p.add_argument(
         "--yes",
         action="store_true",
-        help="run a discrete run that no machine finishes in a day all the same "
-        "(refused without it)",
+        help="run a discrete sweep past a day on this machine all the same (refused without it)",
     )
     add_output_args(p, "--no-progress")
     p.add_argument("--out", required=True, help="output netCDF file")

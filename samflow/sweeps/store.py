@@ -462,12 +462,16 @@ def _stderr(line: str) -> None:
 
 
 class _Progress:
-    """A bar over grid points (not chunks) that says when the program is compiling."""
+    """A bar over grid points (not chunks) that says when the program is compiling, and
+    once chunks are done their rate and the estimated end; shown on a terminal."""
 
     def __init__(self, total: int, shown: bool):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc="compiling", unit="point", disable=not shown)
+        # On a terminal only (None: tqdm's test of stderr), so a log gets no bar.
+        self.bar = tqdm(
+            total=total, desc="compiling", unit="point", disable=None if shown else True
+        )
 
     def __enter__(self):
         return self
