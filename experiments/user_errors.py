@@ -150,12 +150,12 @@ VALIDITY = {
 
 
 def command(*argv):
-    """A command line's status and the first line it writes to stderr."""
+    """A command line's status and the lines it writes to stderr (joined by |)."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         status = cli(list(argv))
     lines = [line for line in err.getvalue().splitlines() if line.strip()]
-    return f"exit {status}: {lines[0] if lines else '(nothing on stderr)'}"
+    return f"exit {status}: {' | '.join(lines) if lines else '(nothing on stderr)'}"
 
 
 TMP = Path(tempfile.mkdtemp(prefix="user_errors_"))
@@ -199,10 +199,39 @@ def interrupted_after_final_write():
     return f"{first}; left {left}; rerun beside a stale folder: {again}; left {after}"
 
 
+def overwrite_of_stale_text():
+    """A finished file of the same sweep whose attribute text is not this version's: a
+    plain rerun and ``--overwrite``."""
+    import xarray as xr
+
+    out = TMP / "o.nc"
+    argv = ["phase", "--method", "gd", "--depth", "2", "--mu", "1,2", "--axis",
+            "alpha=0.1:1:4:log", "--eta", "0.1", "--steps", "20", "-q",
+            "--out", str(out)]  # fmt: skip
+    command(*argv)
+
+    def age():
+        ds = xr.load_dataset(out)
+        ds["loss"].attrs["long_name"] = "old text"
+        out.unlink()
+        ds.to_netcdf(out)
+
+    age()
+    plain = command(*argv)
+    age()
+    forced = command(*argv, "--overwrite")
+    text = xr.load_dataset(out)["loss"].attrs["long_name"]
+    return f"rerun: {plain}; --overwrite: {forced}, long_name now {text!r}"
+
+
 OTHER = {
     "samflow trajectory --steps 4000000000000000000": lambda: command(
         *TRAJECTORY, "--steps", "4000000000000000000"
     ),
+    "samflow trajectory --steps 1000000000000 (past a day here only)": lambda: command(
+        *TRAJECTORY, "--steps", "1000000000000"
+    ),
+    "samflow phase over a same-key file of old attribute text": overwrite_of_stale_text,
     "Ctrl-C just after the final write of samflow phase --chunk": interrupted_after_final_write,
 }
 
