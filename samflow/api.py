@@ -130,7 +130,8 @@ def trajectory(
             day anywhere, :func:`samflow.inputs.check_duration`, or on this machine,
             :mod:`samflow.estimate`).
         progress: on a terminal, a discrete run estimated past a few seconds shows a
-            bar with its estimated end (:func:`samflow.estimate.trajectory_clock`).
+            bar with its estimated end, a flow past a few seconds its elapsed time
+            (:func:`samflow.estimate.trajectory_clock`).
 
     Returns:
         A Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
@@ -242,8 +243,8 @@ def _run_trajectory(
     times = runner.times()
     from samflow import estimate
 
-    shown = progress and runner.mode == "discrete"
-    with estimate.trajectory_clock(d, runner.steps if shown else 0, spec.n_layers, shown):
+    steps = runner.steps if runner.mode == "discrete" else None
+    with estimate.trajectory_clock(d, steps, spec.n_layers, progress):
         r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
         given = start["theta0_abs_range"] is not None

@@ -202,28 +202,30 @@ class Clock:
     """A bar of the time a run is estimated to take (``estimate`` seconds; None: the
     elapsed time only), moved by a thread while the run's one compiled call runs: its
     end is an estimate, held short of 100 % until the run returns. Shown only on a
-    terminal (tqdm's ``disable=None``)."""
+    terminal (tqdm's ``disable=None``), and only once ``delay`` seconds have passed (a
+    run that ends sooner shows nothing)."""
 
-    def __init__(self, estimate: float | None, desc: str = "trajectory (estimated end)"):
+    def __init__(self, estimate: float | None, desc: str = "trajectory (estimated end)", delay=0.0):
         import threading
 
         from tqdm.auto import tqdm
 
         total = None if estimate is None else max(round(estimate, 1), 0.1)
         self.bar = tqdm(
-            total=total, desc=desc, unit="s", disable=None,
+            total=total, desc=desc, unit="s", disable=None, delay=delay,
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}"
-            if total else "{desc}: {elapsed}",
+            if total else "{desc}: {elapsed} elapsed",
         )  # fmt: skip
-        self.total, self.stop = total, threading.Event()
+        self.total, self.delay, self.stop = total, delay, threading.Event()
+        self.start = time.monotonic()
         self.thread = threading.Thread(target=self._tick, daemon=True)
 
     def _tick(self) -> None:
-        start = time.monotonic()
         while not self.stop.wait(0.25):
-            elapsed = time.monotonic() - start
+            elapsed = time.monotonic() - self.start
             self.bar.n = elapsed if self.total is None else min(elapsed, 0.99 * self.total)
-            self.bar.refresh()
+            if elapsed >= self.delay:
+                self.bar.refresh()
 
     def __enter__(self):
         if not self.bar.disable:
@@ -234,29 +236,39 @@ class Clock:
         self.stop.set()
         if self.thread.is_alive():
             self.thread.join()
-        if kind is None and self.total is not None:
-            self.bar.n = self.total
+        shown = time.monotonic() - self.start >= self.delay
+        if shown and not self.bar.disable:
+            if kind is None and self.total is not None:
+                self.bar.n = self.total
             self.bar.refresh()
+            # What update() would have set: close() then ends the bar's line (it skips a
+            # bar whose last print it dates before its delay, as never shown).
+            self.bar.last_print_t = time.time()
         self.bar.close()
 
 
-def trajectory_clock(d: int, steps: int, layers: int, shown: bool):
-    """The bar of a discrete trajectory (:class:`Clock`) where ``shown``, stderr is a
-    terminal and the run may take over :data:`PROGRESS_SECONDS`; a null context
-    otherwise. Its end comes from this machine's kept rates, measured now where none
-    are kept and even :data:`SLOWEST` puts the run past a minute (a run of seconds is
-    not worth a measurement of seconds: its bar shows the elapsed time)."""
+def trajectory_clock(d: int, steps: int | None, layers: int, shown: bool):
+    """The bar of a trajectory (:class:`Clock`) where ``shown`` and stderr is a terminal;
+    a null context otherwise. A discrete run (``steps``) that may take over
+    :data:`PROGRESS_SECONDS` has its estimated end, from this machine's kept rates,
+    measured now where none are kept and even :data:`SLOWEST` puts the run past a
+    minute (a run of seconds is not worth a measurement of seconds); one that even
+    :data:`SLOWEST` ends sooner has none. A flow (``steps`` None: an adaptive solve has
+    no step count), and a discrete run without kept rates, shows its elapsed time once
+    past :data:`PROGRESS_SECONDS`."""
     import contextlib
     import sys
 
     if not shown or not sys.stderr.isatty():
         return contextlib.nullcontext()
-    if seconds(1, d, steps, 1, SLOWEST, layers) <= PROGRESS_SECONDS:
+    if steps is None:
+        return Clock(None, desc="trajectory", delay=PROGRESS_SECONDS)
+    bound = seconds(1, d, steps, 1, SLOWEST, layers)
+    if bound <= PROGRESS_SECONDS:
         return contextlib.nullcontext()
-    measure_now = seconds(1, d, steps, 1, SLOWEST, layers) > 60.0
-    known = rates(measure_now=measure_now)
+    known = rates(measure_now=bound > 60.0)
     if known is None:
-        return Clock(None, desc="trajectory")
+        return Clock(None, desc="trajectory", delay=PROGRESS_SECONDS)
     estimate = seconds(1, d, steps, 1, known, layers)
     if estimate <= PROGRESS_SECONDS:
         return contextlib.nullcontext()

@@ -124,8 +124,15 @@ def test_a_long_trajectory_on_a_terminal_shows_its_estimated_end(kept, monkeypat
     assert "trajectory (estimated end):   0%" in shown and "100%" in shown
     for d, steps, shown_ in ((2, 10**8, False), (2, 100, True)):
         assert estimate.trajectory_clock(d, steps, 2, shown_).__class__.__name__ == "nullcontext"
+    terminal.seek(0)
+    terminal.truncate()
+    with estimate.trajectory_clock(2, None, 2, True) as clock:  # a flow: elapsed, after 3 s
+        assert clock.total is None and clock.delay == estimate.PROGRESS_SECONDS
+        time.sleep(0.3)
+    assert terminal.getvalue() == ""  # ended before the delay: nothing shown
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # a log
     assert estimate.trajectory_clock(2, 10**8, 2, True).__class__.__name__ == "nullcontext"
+    assert estimate.trajectory_clock(2, None, 2, True).__class__.__name__ == "nullcontext"
 
 
 def test_a_sweep_bar_goes_to_a_terminal_only(monkeypatch):
