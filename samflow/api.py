@@ -207,7 +207,7 @@ def _check_duration(spec: SweepSpec, yes: bool, chunk: int = 1) -> None:
     if estimate.seconds(points, d, steps, chunk, estimate.SLOWEST, layers) <= estimate.DAY_SECONDS:
         return
     rates = estimate.rates()
-    seconds = estimate.seconds(points, d, steps, chunk, rates, layers)
+    seconds = estimate.seconds(points, d, steps, chunk, rates, layers, estimate.device_count())
     if seconds > estimate.DAY_SECONDS:
         raise InputError(
             f"{points} point{'s' if points != 1 else ''} x d = {d} x {steps} steps would take "

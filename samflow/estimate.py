@@ -5,7 +5,7 @@ estimated end while a long trajectory runs.
 A discrete run of ``points`` grid points of dimension ``d`` runs its chunks one after
 another, each chunk's points side by side (split over the devices), so it takes about
 
-    t = ceil(points / chunk) * steps * (a + b * width * d),
+    t = ceil(points / chunk) * steps * (a + b * width * d * L / 2),
     width = ceil(min(chunk, points) / devices),
 
 with ``a`` the seconds of one step whatever its width (a loop iteration's dispatch and
@@ -45,30 +45,37 @@ _measured: dict[str, tuple[float, float]] = {}
 
 
 def seconds(
-    points: int, d: int, steps: int, chunk: int, rates: tuple[float, float], layers: int = 2
+    points: int,
+    d: int,
+    steps: int,
+    chunk: int,
+    rates: tuple[float, float],
+    layers: int = 2,
+    devices: int = 1,
 ) -> float:
     """The estimated seconds of a discrete run at ``rates`` ``(a, b)`` (module docstring;
-    ``b`` measured at 2 layers, scaled by ``layers / 2``), on the devices JAX sees where
-    it is imported, else one."""
+    ``b`` measured at 2 layers, scaled by ``layers / 2``) on ``devices`` devices (one:
+    the slower assumption, where JAX must not start yet)."""
     a, b = rates
-    n_devices = _devices()
     chunk = max(1, min(int(chunk), int(points)))
-    width = math.ceil(chunk / n_devices)
+    width = math.ceil(chunk / max(int(devices), 1))
     return math.ceil(points / chunk) * float(steps) * (a + b * width * d * max(layers, 2) / 2)
 
 
-def _devices() -> int:
-    import sys
+def device_count() -> int:
+    """The devices a run shards over (a multi-process run joined first, as it must be
+    before JAX starts its backends: :func:`samflow.devices.start_distributed`)."""
+    from samflow import devices
 
-    if "jax" not in sys.modules:  # not imported yet: count one, the slower assumption
-        return 1
+    devices.start_distributed()
     import jax
 
-    return max(1, len(jax.devices()))
+    return len(jax.devices())
 
 
 def machine() -> str:
     """What the rates are measured for: backend, device kind and count, CPU, JAX."""
+    device_count()  # a multi-process run joined before JAX starts
     import jax
 
     device = jax.devices()[0]
@@ -180,7 +187,7 @@ def measure() -> tuple[float, float]:
 
     a = per_step(trajectory, 2000)
     wide = per_step(sweep, 200)
-    b = max((wide - a) / (1024 * 2 / _devices()), 1e-15)
+    b = max((wide - a) / (1024 * 2 / device_count()), 1e-15)
     return a, b
 
 

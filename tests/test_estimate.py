@@ -19,14 +19,15 @@ from samflow import estimate
 
 def test_the_estimate_is_the_documented_formula():
     """t = ceil(points / chunk) * steps * (a + b * ceil(min(chunk, points) / devices) * d
-    * L / 2), written out for one device (the tests' JAX has the devices conftest gives)."""
-    devices = estimate._devices()
+    * L / 2), written out here."""
     a, b = 2e-6, 3e-9
-    for points, d, steps, chunk, layers in ((1, 2, 10**6, 1, 2), (1000, 4, 5000, 256, 3),
-                                            (7, 3, 100, 100, 2)):  # fmt: skip
+    for points, d, steps, chunk, layers, devices in ((1, 2, 10**6, 1, 2, 1),
+                                                     (1000, 4, 5000, 256, 3, 1),
+                                                     (1000, 4, 5000, 256, 3, 4),
+                                                     (7, 3, 100, 100, 2, 2)):  # fmt: skip
         width = -(-min(chunk, points) // devices)
         want = -(-points // min(chunk, points)) * steps * (a + b * width * d * layers / 2)
-        got = estimate.seconds(points, d, steps, chunk, (a, b), layers)
+        got = estimate.seconds(points, d, steps, chunk, (a, b), layers, devices)
         assert got == pytest.approx(want, rel=1e-12)  # the same arithmetic, reordered
 
 
@@ -44,7 +45,7 @@ def test_measured_rates_predict_another_run():
     start = time.perf_counter()
     samflow.sweep("gd", **kw)
     took = time.perf_counter() - start
-    predicted = estimate.seconds(600, 3, 20000, 200, (a, b), layers=3)
+    predicted = estimate.seconds(600, 3, 20000, 200, (a, b), 3, estimate.device_count())
     assert took / 3 < predicted < took * 3, (took, predicted)
 
 
