@@ -4,12 +4,16 @@ The grid is cut into chunks of consecutive points; each runs through the point r
 (:func:`samflow.engine.run_points`). With an output path, each finished chunk is
 written atomically to ``<out>.work/chunk_<first>_<stop>.<sha256>.nc`` carrying the
 sweep's key, its name holding the SHA-256 of its bytes; a rerun of the same sweep reads
-the chunks whose checksum, key and point range match and recomputes every other one (a
-chunk of another sweep, of another chunk size, a damaged or an unreadable one is never
-used; one that fails its checksum or cannot be read is named on stderr as it is
-recomputed); then the final file is assembled and the work folder is removed, also
-when Ctrl-C comes during or just after the final write; a rerun that finds the final
-file complete beside a work folder (a run killed there) removes the folder and says so.
+the chunks whose checksum, key, samflow version and point range match and recomputes
+every other one (a chunk of another sweep, of another samflow version, of another chunk
+size, a damaged or an unreadable one is never used; one that fails its checksum or
+cannot be read is named on stderr as it is recomputed); then the final file is
+assembled and the work folder is removed, also when Ctrl-C comes during or just after
+the final write; a rerun that finds the final file complete beside a work folder (a run
+killed there) removes the folder and says so.
+A finished file of the same sweep is returned as it is only where it is what this run
+would write (this samflow version, the same attributes but ``history``); else it is
+recomputed, said on stderr; ``overwrite`` always recomputes and rewrites it.
 An interrupted and resumed sweep gives the same file as an uninterrupted one.
 Each chunk runs on the devices while the results of the one before it are converted and
 written (:func:`computed`), so at most two chunks are in memory at once.
