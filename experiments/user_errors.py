@@ -115,7 +115,7 @@ WHERE = {
     "jacobian transposed": "Faulty.jacobian",
     "jacobian [1, d]": "Faulty.jacobian",
     "curvature of the wrong shape": "Faulty.curvature",
-    "a non-frozen dataclass": "Loose",
+    "a non-frozen dataclass": "Loose.__hash__",
     **{k: "FaultyHuber.derivatives" for k in MODEL if "derivatives" in k or "loss" in k},
 }
 
