@@ -14,6 +14,7 @@ settings.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -94,6 +95,7 @@ def trajectory(
     summaries: Summaries | bool | None = None,
     seed: int | None = None,
     yes: bool = False,
+    progress: bool = False,
 ) -> xr.Dataset:
     """Run one trajectory and classify it.
 
@@ -126,8 +128,12 @@ def trajectory(
             the paper's and no ``beta_star`` is given.
         seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
             ``label_noise`` (default 0; docs/theory/stochastic.md#stochastic-steps).
-        yes: run a discrete run that no machine finishes in a day all the same
-            (:func:`samflow.inputs.check_duration`; refused without it).
+        yes: run a discrete run past a day all the same (refused without it: past a
+            day anywhere, :func:`samflow.inputs.check_duration`, or on this machine,
+            :mod:`samflow.estimate`).
+        progress: on a terminal, a discrete run estimated past a few seconds shows a
+            bar with its estimated end, a flow past a few seconds its elapsed time
+            (:func:`samflow.estimate.trajectory_clock`).
 
     Returns:
         A Dataset with dims ``time``, ``coord`` (1..d), ``layer`` (1..L):
@@ -174,6 +180,7 @@ def trajectory(
         else np.array([np.abs(theta0).min(), np.abs(theta0).max()]),
     }
     inputs.check_flag("save_theta", save_theta)
+    inputs.check_flag("progress", progress)
     spec = SweepSpec.from_inputs(
         method,
         depth=depth,
@@ -194,16 +201,35 @@ def trajectory(
     _check_duration(spec, yes)
     if given_theta0 is None:  # every input is checked: the model (JAX) may load
         theta0 = spec.model.parametrization.start(theta0)
-    return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start)
+    return _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start, progress)
 
 
-def _check_duration(spec: SweepSpec, yes: bool) -> None:
-    """A discrete run of ``spec`` past a day anywhere refused unless ``yes``
-    (:func:`samflow.inputs.check_duration`); a flow's solver steps are capped by its
-    ``max_steps``."""
+def _check_duration(spec: SweepSpec, yes: bool, chunk: int = 1) -> None:
+    """A discrete run of ``spec`` (in chunks of ``chunk`` points) past a day refused
+    unless ``yes``: past a day on any machine (:func:`samflow.inputs.check_duration`,
+    nothing measured), else past a day on this one (:mod:`samflow.estimate`: measured
+    once per machine, only for a run that the slowest machine would not finish in a
+    day). A flow's solver steps are capped by its ``max_steps``."""
     inputs.check_flag("yes", yes)
-    if spec.mode == "discrete":
-        inputs.check_duration(spec.size, spec.d, spec.runner.steps, yes)
+    if spec.mode != "discrete":
+        return
+    points, d, steps = spec.size, spec.d, spec.runner.steps
+    inputs.check_duration(points, d, steps, yes)
+    if yes:
+        return
+    from samflow import estimate
+
+    layers = spec.n_layers
+    if estimate.seconds(points, d, steps, chunk, estimate.SLOWEST, layers) <= estimate.DAY_SECONDS:
+        return
+    rates = estimate.rates()
+    seconds = estimate.seconds(points, d, steps, chunk, rates, layers, estimate.device_count())
+    if seconds > estimate.DAY_SECONDS:
+        raise InputError(
+            f"{points} point{'s' if points != 1 else ''} x d = {d} x {steps} steps would take "
+            f"about {estimate.clock(seconds)} on this machine ({estimate.describe(rates)}), "
+            "past a day; pass --yes (Python: yes=True) to run it all the same"
+        )
 
 
 def _summary(theta0: np.ndarray) -> str:
@@ -214,7 +240,9 @@ def _summary(theta0: np.ndarray) -> str:
     )
 
 
-def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Dataset:
+def _run_trajectory(
+    spec, X, y, theta0, save_theta, history, mu, start, progress=False
+) -> xr.Dataset:
     """Run the checked trajectory of ``spec`` from ``theta0`` ``[L, d]`` on ``(X, y)``;
     ``start``: the ``alpha``, ``alpha_per_coord`` or ``theta0_abs_range`` given."""
     from samflow.engine import run_points, step_path
@@ -229,7 +257,11 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
     points = spec.trajectory_points(theta0)
     seed = spec.seed if spec.sampling is not None else None
     times = runner.times()
-    r = {k: v[0] for k, v in run_points(setup, points, times).items()}
+    from samflow import estimate
+
+    steps = runner.steps if runner.mode == "discrete" else None
+    with estimate.trajectory_clock(d, steps, spec.n_layers, progress):
+        r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:
         given = start["theta0_abs_range"] is not None
         history = inputs.python_call(
@@ -290,6 +322,7 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
             "flow_formulation": setup.flow.formulation,
         }
     outcome["underflow_at_start"] = bool(r["underflow_at_start"])
+    _say_nonfinite(spec, X, y, theta0, r["theta_final"][:depth], outcome)
     settings = {
         "method": rule.name,
         "depth": depth,
@@ -308,6 +341,35 @@ def _run_trajectory(spec, X, y, theta0, save_theta, history, mu, start) -> xr.Da
         **outcome,
     }
     return TRAJECTORY.dataset(data, dtype=dtype, attrs=settings, history=history)
+
+
+def _say_nonfinite(spec: SweepSpec, X, y, theta0, theta_final, outcome: dict) -> None:
+    """Warn, naming the user's method, where a run failed (``failed_step`` >= 0, or a flow's
+    ``solver_failed``) and one of the user's methods is not finite at its start or at its
+    last finite state (:func:`samflow.user_code.nonfinite_method`): the record dates the
+    NaN, this names its maker."""
+    if outcome.get("failed_step", -1) < 0 and not outcome.get("solver_failed", False):
+        return
+    from samflow.user_code import nonfinite_method
+
+    when = (
+        f"failed_step {outcome['failed_step']}"
+        if "failed_step" in outcome
+        else f"stop_tau {outcome['stop_tau']:.6g}"
+    )
+    for theta, at in ((theta0, "its start theta0"), (theta_final, "its last state")):
+        if not np.all(np.isfinite(theta)):
+            continue
+        found = nonfinite_method(spec.model, theta, X, y, spec.dtype)
+        if found is not None:
+            warnings.warn(
+                f"the run failed ({when}): {found[0]} returns {found[1]} at {at}; "
+                "its value must be finite wherever the run goes "
+                "(docs/theory/models.md#models-of-your-own)",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return
 
 
 def _model_call(spec: SweepSpec) -> dict:
@@ -365,10 +427,13 @@ def sweep(
         dtype: ``float64`` or ``float32``.
         out: None runs in memory and writes nothing; a path makes the resumable store
             the command line uses (rerun the same call to resume; a finished file of
-            the same sweep is returned as it is, one of another sweep is refused unless
-            ``overwrite``).
-        progress: show a progress bar.
-        overwrite: replace a file of another sweep at ``out``.
+            the same sweep, as this version writes it, is returned as it is, one of
+            another sweep is refused unless ``overwrite``).
+        progress: show a progress bar, on a terminal (its estimated end follows the
+            chunks done).
+        overwrite: recompute ``out`` and rewrite it, also where it holds another sweep
+            (a file of the same sweep from another samflow version, or whose attributes
+            differ from what this run writes, is recomputed without it).
         chunk: grid points per call of the compiled program.
         mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
         alpha_range: for a ``seed`` axis, alpha_j log-uniform in ``(low, high)``.
@@ -383,8 +448,9 @@ def sweep(
         summaries: the summaries, as in :func:`trajectory`, per grid point and record.
         seed: keys the stochastic steps of a runner with ``batch``, ``m`` or
             ``label_noise`` where no ``seed`` or ``noise_seed`` axis does (default 0).
-        yes: run a discrete sweep that no machine finishes in a day all the same
-            (:func:`samflow.inputs.check_duration`; refused without it).
+        yes: run a discrete sweep past a day all the same (refused without it: past a
+            day anywhere, :func:`samflow.inputs.check_duration`, or on this machine,
+            :mod:`samflow.estimate`).
 
     Returns:
         The Dataset of the ``samflow phase`` file: ``regime(<axes>)`` and the
@@ -435,7 +501,7 @@ def sweep(
     inputs.integer("chunk", chunk)
     for name, flag in (("progress", progress), ("overwrite", overwrite)):
         inputs.check_flag(name, flag)
-    _check_duration(spec, yes)
+    _check_duration(spec, yes, chunk)
     if out is not None:
         from samflow.io import check_output
 

@@ -271,12 +271,19 @@ def check_duration(points: int, d: int, steps: int, yes: bool) -> None:
 
 def check_hashable(value, what: str) -> None:
     """Refuse (``InputError``) a parametrisation or loss that cannot be hashed: it is a
-    static argument of compiled programs, so it must be a frozen dataclass."""
+    static argument of compiled programs, so it must be a frozen dataclass (of hashable
+    fields); the message names the class's ``__hash__`` and why it fails."""
     try:
         hash(value)
-    except TypeError:
+    except TypeError as err:
+        cls = type(value).__name__
+        if type(value).__hash__ is None:
+            why = f"{cls}.__hash__ is None, as @dataclass without frozen=True makes it"
+        else:
+            first = (str(err).strip().splitlines() or [""])[0]
+            why = f"{cls}.__hash__ raises TypeError: {first}; hold tuples, not lists or arrays"
         raise InputError(
-            f"{what} {type(value).__name__} is not hashable: make it a frozen dataclass "
+            f"{what} {cls} is not hashable ({why}): make it a frozen dataclass "
             "(@dataclass(frozen=True)), as programs are compiled for it"
         ) from None
 

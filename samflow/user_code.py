@@ -124,3 +124,52 @@ def check_model(model, rows: int, d: int, n: int, dtype: str) -> None:
         out = _evaluate(loss, "derivatives", p, p)
         _expect_triple(loss, "derivatives", out, (n, batch), dt, (p, p))
         _expect(loss, "value", _evaluate(loss, "value", p, p), (n, batch), dt, (p, p))
+
+
+def _is_users(obj) -> bool:
+    """Whether ``obj`` is of a class written outside samflow (a user's model part)."""
+    return not type(obj).__module__.startswith("samflow.")
+
+
+def nonfinite_method(model, theta: np.ndarray, X: np.ndarray, y: np.ndarray, dtype: str):
+    """The first of a user's methods (``Class.method``, ``Class.method(...)[k]`` for a
+    part of a tuple) whose value at ``theta`` ``[rows, d]`` on the data ``(X, y)`` is not
+    finite, with what it holds (``nan`` or ``inf``); None where every method of the user's
+    is finite there, or the model is samflow's own. Evaluated concretely, once, after a
+    run failed: it names the method that made the NaN the run's record only dates
+    (``failed_step``, ``stop_tau``).
+
+    Args:
+        model: the run's :class:`samflow.model.Model`.
+        theta: the parameters ``[rows, d]`` (the start, or a later finite state).
+        X: ``[n, d]`` inputs.
+        y: ``[n]`` labels or targets.
+        dtype: the run's, ``float64`` or ``float32``.
+
+    Returns:
+        ``("FaultyHuber.derivatives(...)[0]", "nan")`` or None.
+    """
+    import jax.numpy as jnp
+
+    param, loss = model.parametrization, model.loss
+    with precision(dtype) as dt:
+        t = jnp.asarray(theta, dt)[..., None]  # one batch element: [rows, d, 1]
+        named = []
+        if _is_users(param):
+            named += [(param, m, getattr(param, m)(t)) for m in ("beta", "jacobian", "curvature")]
+        if _is_users(loss):
+            p = jnp.asarray(X, dt) @ param.beta(t)  # [n, 1]
+            labels = jnp.asarray(y, dt)[:, None]
+            if loss.margin:
+                named.append((loss, "phi", loss.phi(labels * p)))
+            else:
+                named.append((loss, "derivatives", loss.derivatives(p, labels)))
+        for owner, method, out in named:
+            parts = out if isinstance(out, tuple | list) else (out,)
+            for k, part in enumerate(parts):
+                values = np.asarray(part)
+                if not np.all(np.isfinite(values)):
+                    where = f"{type(owner).__name__}.{method}"
+                    where += f"(...)[{k}]" if isinstance(out, tuple | list) else ""
+                    return where, "nan" if np.isnan(values).any() else "inf"
+    return None

@@ -334,3 +334,184 @@ def test_a_rerun_removes_a_stale_work_folder_and_says_so(tmp_path, capsys):
     assert f"{out}: complete; removed its stale work folder {stale}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
     xr.testing.assert_identical(again, first)
+
+
+def _rewrite(out, change) -> int:
+    """``out`` rewritten with ``change(ds)`` applied; its new mtime."""
+    ds = xr.load_dataset(out)
+    change(ds)
+    out.unlink()
+    ds.to_netcdf(out)
+    return out.stat().st_mtime_ns
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda ds: ds["loss"].attrs.update(long_name="old text"), "loss: long_name 'old text'"),
+        (lambda ds: ds.attrs.update(samflow_version="0.0.1"), "written by samflow 0.0.1, not"),
+        (lambda ds: ds.attrs.update(collapse_factor=9.0), "attribute collapse_factor is 9.0"),
+        (lambda ds: ds.attrs.update(extra="x"), "its attribute extra is 'x', not None"),
+    ],
+)
+def test_a_file_of_this_sweep_as_another_version_wrote_it_is_recomputed(
+    tmp_path, capsys, change, said
+):
+    """A finished file whose key matches but whose text is not this version's (the
+    issue's stale reuse: a long_name changed between versions) is recomputed, said on
+    stderr; the rewritten file is the one a fresh run writes."""
+    out = tmp_path / "s.nc"
+    first = _tiny_sweep(out)
+    written = xr.load_dataset(out)
+    _rewrite(out, change)
+    again = _tiny_sweep(out)
+    err = capsys.readouterr().err
+    assert f"samflow: {out} holds this sweep but" in err and said in err
+    same_result(xr.load_dataset(out), written)
+    xr.testing.assert_equal(again, first)
+
+
+def test_overwrite_always_recomputes_and_rewrites(tmp_path, capsys):
+    """``overwrite`` rewrites a finished file of the same sweep (it returned the old file,
+    stale text and all); a plain rerun of a file as this version writes it reuses it."""
+    out = tmp_path / "s.nc"
+    first = _tiny_sweep(out)
+    written = xr.load_dataset(out)
+    mtime = out.stat().st_mtime_ns
+    _tiny_sweep(out)
+    assert out.stat().st_mtime_ns == mtime  # as this version writes it: reused
+    _rewrite(out, lambda ds: ds["loss"].attrs.update(long_name="old text"))
+    again = samflow.sweep(
+        "gd", depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 0.2, 0.3]}, chunk=1, out=out,
+        runner=samflow.Discrete(eta=0.1, steps=10), overwrite=True,
+    )  # fmt: skip
+    assert xr.load_dataset(out)["loss"].attrs["long_name"] == first["loss"].attrs["long_name"]
+    same_result(xr.load_dataset(out), written)
+    xr.testing.assert_equal(again, first)
+    assert "holds this sweep but" not in capsys.readouterr().err  # overwrite asks no question
+
+
+def test_a_chunk_of_another_samflow_version_is_recomputed(tmp_path, capsys):
+    """A chunk whose key matches but that another samflow version wrote is never used."""
+    from samflow.io import write_dataset
+
+    out = tmp_path / "s.nc"
+    with pytest.raises(KeyboardInterrupt):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(STOP_AFTER_ENV, "2")
+            _tiny_sweep(out)
+    chunks = sorted((tmp_path / "s.nc.work").glob("chunk_*.nc"))
+    assert len(chunks) == 2
+    ds = xr.load_dataset(chunks[0])
+    ds.attrs["samflow_version"] = "0.0.1"
+    chunks[0].unlink()
+    write_dataset(ds, chunks[0].parent / (chunks[0].name.split(".")[0] + ".nc"), False, True)
+    done = _tiny_sweep(out)
+    err = capsys.readouterr().err
+    assert err.count("holds another sweep or another samflow version's; recomputing it") == 1
+    fresh = _tiny_sweep(tmp_path / "fresh.nc")
+    xr.testing.assert_equal(done, fresh)
+    same_result(xr.load_dataset(out), xr.load_dataset(tmp_path / "fresh.nc"))
+
+
+def test_a_real_ctrl_c_after_the_first_chunk_exits_130_and_resumes_identically(tmp_path):
+    """A real SIGINT to ``samflow phase ... --chunk 1 --out x.nc`` as soon as its first
+    chunk is on disk: status 130 within GRACE_SECONDS (samflow.interrupt's bound) plus a
+    second of slack for a loaded machine, the last line ``samflow: interrupted``, no
+    temporary; the rerun says it resumes and writes the file an uninterrupted run writes
+    (every variable bit for bit, every attribute but ``history``). 20000 steps per point
+    make a chunk take a few tenths of a second here, so that six chunks outlast the
+    signal."""
+    from samflow.interrupt import GRACE_SECONDS
+
+    argv = ["--axis", "alpha=0.05:3:6:log", "--steps", "20000", "--chunk", "1"]
+    argv = ["phase", "--method", "sam-l2", "--rho", "0.5", "--depth", "2", "--mu", "1,2,3,4",
+            "--eta", "0.05", *argv]  # fmt: skip
+    code = "import sys; from samflow.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env.pop(STOP_AFTER_ENV, None)  # one device: a chunk of 1 point is 1 point
+
+    def phase(out):
+        return subprocess.Popen(
+            [sys.executable, "-c", code, *argv, "--out", str(out)], env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    out = tmp_path / "x.nc"
+    work = tmp_path / "x.nc.work"
+    proc = phase(out)
+    deadline = time.monotonic() + 120
+    while not list(work.glob("chunk_*.nc")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no chunk within 120 s"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert took < GRACE_SECONDS + 1.0, took
+    assert err.strip().splitlines()[-1] == "samflow: interrupted"
+    assert not out.exists() and not list(tmp_path.rglob("*.tmp"))
+    kept = len(list(work.glob("chunk_*.nc")))
+    assert 1 <= kept < 6  # the premise: stopped between chunks, the first one kept
+    _, err = phase(out).communicate(timeout=300)
+    assert f"resuming: {kept} of 6 chunks done" in err, err.replace("\r", "\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.nc"]
+    clean = tmp_path / "clean" / "x.nc"  # the same sweep, uninterrupted, in Python
+    clean.parent.mkdir()
+    samflow.sweep(
+        "sam-l2", rho=0.5, depth=2, mu=[1.0, 2.0, 3.0, 4.0], axes={"alpha": "0.05:3:6:log"},
+        runner=samflow.Discrete(eta=0.05, steps=20000), chunk=1, out=clean,
+    )  # fmt: skip
+    same_result(xr.load_dataset(out), xr.load_dataset(clean))
+
+
+def test_ctrl_c_during_the_final_write_keeps_the_chunks_for_the_rerun(tmp_path, monkeypatch):
+    """An interrupt before the final file is in place (its write cut short) keeps the
+    work folder: the rerun reads every chunk (none recomputed), writes the file and
+    removes the folder; beside the complete file a stale folder is removed by a rerun,
+    which says so, also on the command line with -q."""
+    from samflow import engine
+    from samflow.cli import main
+    from samflow.sweeps import store
+
+    write = store.write_dataset
+
+    def interrupted(ds, path, compress=True, checksum=False):
+        if not checksum:
+            raise KeyboardInterrupt
+        return write(ds, path, compress, checksum)
+
+    out = tmp_path / "s.nc"
+    with monkeypatch.context() as mp:
+        mp.setattr(store, "write_dataset", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _tiny_sweep(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc.work"]
+    assert len(list((tmp_path / "s.nc.work").glob("chunk_*.nc"))) == 3
+    with monkeypatch.context() as mp:  # nothing is computed again
+        mp.setattr(store, "start_points", lambda *a: pytest.fail("a chunk was recomputed"))
+        resumed = _tiny_sweep(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.nc"]
+    xr.testing.assert_equal(resumed, _tiny_sweep(tmp_path / "fresh.nc"))
+    assert engine.start_points is store.start_points
+    stale = tmp_path / "s.nc.work"
+    stale.mkdir()
+    (stale / "chunk_000000000000_000000000001.0123.nc").write_bytes(b"left behind")
+    argv = ["phase", "--method", "gd", "--depth", "2", "--mu", "1,2", "--axis",
+            "alpha=0.1,0.2,0.3", "--eta", "0.1", "--steps", "10", "--chunk", "1", "-q"]  # fmt: skip
+    out2 = tmp_path / "c.nc"
+    assert main([*argv, "--out", str(out2)]) == 0
+    stale2 = tmp_path / "c.nc.work"
+    stale2.mkdir()
+    (stale2 / "lock").write_text("1")
+    mtime = out2.stat().st_mtime_ns
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main([*argv, "--out", str(out2)]) == 0
+    assert err.getvalue() == f"{out2}: complete; removed its stale work folder {stale2}\n"
+    assert out2.stat().st_mtime_ns == mtime and not stale2.exists()

@@ -156,8 +156,9 @@ def test_a_dataclass_that_is_not_frozen_is_told_to_be():
 
     with pytest.raises(
         samflow.InputError,
-        match="parametrization Loose is not hashable: make "
-        r"it a frozen dataclass \(@dataclass\(frozen=True\)\)",
+        match=r"parametrization Loose is not hashable \(Loose.__hash__ is None, as "
+        r"@dataclass without frozen=True makes it\): make it a frozen dataclass "
+        r"\(@dataclass\(frozen=True\)\)",
     ):
         run(parametrization=Loose())
     with pytest.raises(samflow.InputError, match="Loose is not hashable"):
@@ -212,7 +213,8 @@ def _nan_loss():
 
 
 def test_a_nan_loss_fails_a_discrete_run_at_its_first_record():
-    ds = run(loss=_nan_loss())
+    with pytest.warns(RuntimeWarning, match=r"\(failed_step 0\): FaultyHuber.derivatives"):
+        ds = run(loss=_nan_loss())
     assert ds.attrs["failed_step"] == 0
     assert not ds["reached"].values.any()
 
@@ -224,9 +226,26 @@ def test_a_nan_fails_a_flow_and_says_where(fault):
     (the start, 0). Before, both ran to the end with solver_failed 0."""
     nan_beta = faulty_parametrization(beta=lambda s, t: beta(s, t) * jnp.nan)
     kw = {"loss": _nan_loss()} if fault == "loss" else {"parametrization": nan_beta}
-    ds = run(runner=samflow.Flow(2.0, samflow.LogSpaced(9)), **kw)
+    maker = "FaultyHuber.derivatives(...)[0]" if fault == "loss" else "Faulty.beta"
+    with pytest.warns(RuntimeWarning) as caught:
+        ds = run(runner=samflow.Flow(2.0, samflow.LogSpaced(9)), **kw)
     assert ds.attrs["solver_failed"] == 1
     assert ds.attrs["stop_tau"] == 0.0
+    said = [str(w.message) for w in caught if "the run failed" in str(w.message)]
+    assert said == [f"the run failed (stop_tau 0): {maker} returns nan at its start theta0; "
+                    "its value must be finite wherever the run goes "
+                    "(docs/theory/models.md#models-of-your-own)"]  # fmt: skip
+
+
+def test_a_run_that_succeeds_or_fails_by_its_own_numbers_names_no_method(recwarn):
+    """No warning where the run does not fail, nor where it fails but every method of the
+    user's is finite at its start and last state (a step size too large: the run's own
+    numbers overflow, not the user's code)."""
+    ok = run()
+    assert ok.attrs["failed_step"] == -1
+    huge = run(runner=samflow.Discrete(eta=1e3, steps=40))
+    assert huge.attrs["failed_step"] >= 0  # the premise: the run fails
+    assert not [w for w in recwarn if "the run failed" in str(w.message)]
 
 
 def test_a_nan_in_a_classified_flow_is_the_regime_failed():
@@ -253,14 +272,16 @@ def test_a_nan_in_a_classified_flow_is_the_regime_failed():
     z = ok["beta"].values @ np.array([1.0, 2.0])
     first = int(np.argmax(z > 1.5))
     assert 0 < first  # the premise: the margin passes 1.5 inside the horizon, not at 0
-    ds = samflow.trajectory(
-        "gd",
-        depth=2,
-        mu=[1.0, 2.0],
-        alpha=0.3,
-        loss=LateNan(),
-        runner=samflow.Flow(4.0, samflow.At((0.0, 1.0, 2.0, 3.0, 4.0))),
-    )
+    # The start is finite (z < 1.5): the warning names phi at the last state.
+    with pytest.warns(RuntimeWarning, match=r"LateNan.phi\(...\)\[0\] returns nan at its last"):
+        ds = samflow.trajectory(
+            "gd",
+            depth=2,
+            mu=[1.0, 2.0],
+            alpha=0.3,
+            loss=LateNan(),
+            runner=samflow.Flow(4.0, samflow.At((0.0, 1.0, 2.0, 3.0, 4.0))),
+        )
     assert int(ds["regime"]) == FAILED
     assert ds.attrs["solver_failed"] == 1
     assert ds.attrs["stop_tau"] == float(ok["tau"].values[first])

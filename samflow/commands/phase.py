@@ -66,14 +66,15 @@ def register(sub) -> None:
     p.add_argument(
         "--yes",
         action="store_true",
-        help="run a discrete run that no machine finishes in a day all the same "
-        "(refused without it)",
+        help="run a discrete sweep past a day on this machine all the same (refused without it)",
     )
     add_output_args(p, "--no-progress")
     p.add_argument("--out", required=True, help="output netCDF file")
     p.add_argument("--figure", help="phase-diagram figure (PNG or PDF) of the first two axes")
     p.add_argument(
-        "--overwrite", action="store_true", help="replace an --out that holds another sweep"
+        "--overwrite",
+        action="store_true",
+        help="recompute --out and rewrite it, also where it holds another sweep",
     )
     p.set_defaults(func=run)
 

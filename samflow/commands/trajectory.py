@@ -40,8 +40,7 @@ def register(sub) -> None:
     p.add_argument(
         "--yes",
         action="store_true",
-        help="run a discrete run that no machine finishes in a day all the same "
-        "(refused without it)",
+        help="run a discrete run past a day on this machine all the same (refused without it)",
     )
     add_output_args(p)
     p.set_defaults(func=run)
@@ -79,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         **model_from_args(args),
         seed=args.seed,
         yes=args.yes,
+        progress=not args.quiet,
     )
     write_dataset(ds, args.out)
     if not args.quiet and "regime" in ds and int(ds["regime"]) == UNRESOLVED:

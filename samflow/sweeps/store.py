@@ -4,12 +4,16 @@ The grid is cut into chunks of consecutive points; each runs through the point r
 (:func:`samflow.engine.run_points`). With an output path, each finished chunk is
 written atomically to ``<out>.work/chunk_<first>_<stop>.<sha256>.nc`` carrying the
 sweep's key, its name holding the SHA-256 of its bytes; a rerun of the same sweep reads
-the chunks whose checksum, key and point range match and recomputes every other one (a
-chunk of another sweep, of another chunk size, a damaged or an unreadable one is never
-used; one that fails its checksum or cannot be read is named on stderr as it is
-recomputed); then the final file is assembled and the work folder is removed, also
-when Ctrl-C comes during or just after the final write; a rerun that finds the final
-file complete beside a work folder (a run killed there) removes the folder and says so.
+the chunks whose checksum, key, samflow version and point range match and recomputes
+every other one (a chunk of another sweep, of another samflow version, of another chunk
+size, a damaged or an unreadable one is never used; one that fails its checksum or
+cannot be read is named on stderr as it is recomputed); then the final file is
+assembled and the work folder is removed, also when Ctrl-C comes during or just after
+the final write; a rerun that finds the final file complete beside a work folder (a run
+killed there) removes the folder and says so.
+A finished file of the same sweep is returned as it is only where it is what this run
+would write (this samflow version, the same attributes but ``history``); else it is
+recomputed, said on stderr; ``overwrite`` always recomputes and rewrites it.
 An interrupted and resumed sweep gives the same file as an uninterrupted one.
 Each chunk runs on the devices while the results of the one before it are converted and
 written (:func:`computed`), so at most two chunks are in memory at once.
@@ -35,8 +39,9 @@ from samflow.errors import InputError, RunFailure
 from samflow.inputs import DEFAULT_CHUNK
 from samflow.io import check_output, checksum_holds, write_dataset, write_text_atomic
 from samflow.regimes import MAX_LEADERS
-from samflow.schema import SWEEP
+from samflow.schema import SWEEP, file_attrs
 from samflow.sweeps.spec import SweepSpec
+from samflow.version import __version__
 
 STOP_AFTER_ENV = "SAMFLOW_STOP_AFTER_CHUNKS"  # test hook: simulate a kill after N chunks
 
@@ -178,7 +183,8 @@ def _read_chunk(
     work: Path, key: str, flat: np.ndarray, say: Callable[[str], None] | None = None
 ) -> xr.Dataset | None:
     """The chunk of the points ``flat`` in ``work`` if one has the bytes its checksum
-    names, is readable, of sweep ``key`` and holds exactly ``flat``; else None. With
+    names, is readable, of sweep ``key``, written by this samflow version and holds
+    exactly ``flat``; else None. With
     ``say``, each file found and not used is named (a line to ``say``) and removed."""
     for path in sorted(work.glob(f"{_chunk_name(flat)}.*.nc")):
         ds = None
@@ -188,10 +194,15 @@ def _read_chunk(
             except (OSError, ValueError, RuntimeError):
                 ds = None
         if ds is not None and ds.attrs.get("sweep_key") == key:
-            if np.array_equal(ds["point"].values, flat):
-                return ds
+            if ds.attrs.get("samflow_version") == __version__:
+                if np.array_equal(ds["point"].values, flat):
+                    return ds
         if say is not None:
-            why = "fails its checksum" if ds is None else "holds another sweep"
+            why = (
+                "fails its checksum"
+                if ds is None
+                else "holds another sweep or another samflow version's"
+            )
             say(f"samflow: chunk {path} {why}; recomputing it")
             path.unlink(missing_ok=True)
     return None
@@ -255,19 +266,51 @@ def _held_key(key_file: Path) -> str | None:
     return held.get("key") if isinstance(held, dict) else None
 
 
-def _finished(out: Path, key: str, overwrite: bool) -> xr.Dataset | None:
-    """The finished result at ``out`` if it is this sweep's; refuse another's."""
-    if not out.exists():
+def _finished(out: Path, key: str, attrs: dict, overwrite: bool) -> xr.Dataset | None:
+    """The finished result at ``out`` if it is this sweep's, as this samflow writes it;
+    None where there is none, or ``overwrite`` (always recomputed and rewritten), or the
+    file holds this sweep but differs from what this run would write (another samflow
+    version, another attribute text: :func:`_differs`, said on stderr: when in doubt,
+    recompute); refuse another sweep's."""
+    if not out.exists() or overwrite:
         return None
     try:
         ds = xr.load_dataset(out)
     except (OSError, ValueError, RuntimeError):
         ds = None
     if ds is not None and ds.attrs.get("sweep_key") == key:
-        return ds
-    if not overwrite:
-        what = "another sweep" if ds is not None else "an unreadable file"
-        raise InputError(f"{out} holds {what}; pass overwrite (--overwrite) or choose another out")
+        stale = _differs(ds, attrs)
+        if stale is None:
+            return ds
+        _stderr(f"samflow: {out} holds this sweep but {stale}; recomputing it")
+        return None
+    what = "another sweep" if ds is not None else "an unreadable file"
+    raise InputError(f"{out} holds {what}; pass overwrite (--overwrite) or choose another out")
+
+
+def _shown(value) -> str:
+    """An attribute's value for a message: NumPy scalars and arrays as Python ones."""
+    return repr(value.tolist() if isinstance(value, np.ndarray | np.generic) else value)
+
+
+def _differs(ds: xr.Dataset, attrs: dict) -> str | None:
+    """How the finished file ``ds`` of this sweep differs from what this run writes (its
+    global attributes, ``history`` aside, with this samflow's and its libraries'
+    versions; each variable's attributes as the schema says them now), or None."""
+    want = {k: v for k, v in file_attrs(**attrs).items() if k != "history"}
+    have = {k: v for k, v in ds.attrs.items() if k != "history"}
+    if have.get("samflow_version") != want.get("samflow_version"):
+        return (
+            f"was written by samflow {have.get('samflow_version')}, not "
+            f"{want.get('samflow_version')}"
+        )
+    for name in sorted(set(want) | set(have)):
+        a, b = have.get(name), want.get(name)
+        if a is None or b is None or not np.array_equal(np.asarray(a), np.asarray(b)):
+            return f"its attribute {name} is {_shown(a)}, not {_shown(b)}"
+    problems = SWEEP.check(ds)
+    if problems:
+        return f"its text differs from this version's ({problems[0]})"
     return None
 
 
@@ -303,7 +346,7 @@ def run(
     work = out.with_name(out.name + ".work")
     lock = _Lock(work / "lock")
     if devices.is_writer():
-        done = _finished(out, key, overwrite)
+        done = _finished(out, key, attrs, overwrite)
         if done is not None:
             if progress:
                 print(f"{out}: already complete", file=sys.stderr)
@@ -348,6 +391,7 @@ def _run_store(spec, setup, out, work, key, blocks, chunk_size, attrs, progress,
             if todo[i]:
                 ds = chunk_dataset(next(results), flat, spec.dtype)
                 ds.attrs["sweep_key"] = key
+                ds.attrs["samflow_version"] = __version__
                 if devices.is_writer():
                     # A chunk lives until the sweep is done: written uncompressed (zlib
                     # took four times as long as computing it, bench case 1's grid), no
@@ -422,12 +466,16 @@ def _stderr(line: str) -> None:
 
 
 class _Progress:
-    """A bar over grid points (not chunks) that says when the program is compiling."""
+    """A bar over grid points (not chunks) that says when the program is compiling, and
+    once chunks are done their rate and the estimated end; shown on a terminal."""
 
     def __init__(self, total: int, shown: bool):
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc="compiling", unit="point", disable=not shown)
+        # On a terminal only (None: tqdm's test of stderr), so a log gets no bar.
+        self.bar = tqdm(
+            total=total, desc="compiling", unit="point", disable=None if shown else True
+        )
 
     def __enter__(self):
         return self
