@@ -195,18 +195,21 @@ def singular_log_range(dtype) -> float:
 
 
 def path_observer(major: Array) -> StepObserver:
-    """The leader path of a discrete run, checked at every call of the runner's step
-    observer (every ``unroll`` steps, :func:`samflow.discrete.simulate`).
+    """The leader path of a discrete run, checked after every step
+    (:func:`samflow.discrete.simulate`), so no lead, however short, is missed.
 
     ``major`` ``[*batch]``: the major coordinate of each trajectory. Step 0 counts a
     leader only when the start has one (a uniform start is tied: its first leader is
-    the one at the first check). A hand-off is placed at the first check the new
-    leader leads at: its step is late by less than ``unroll`` steps, its ``tau`` by
-    their increments ``eta |l'(z~)|``; a lead shorter than that may be missed. Once
-    ``max_j |beta_j|`` has fallen :func:`singular_log_range` below its start, the path
-    is frozen (the flow's collapse event; the iterates then hover at 0, where the
-    leader is rounding noise). The state is ``(path, floor)``; ``floor`` becomes inf
-    when frozen.
+    the one after the first step). A hand-off is placed at the step after which the new
+    leader first leads, with that step's ``tau``. The check of a step is cheap: only
+    whether the current leader's ``|beta|`` is below ``max_j |beta_j|`` (no leader yet:
+    whether beta is nonzero), in the same loop as the step; the leader itself
+    (:func:`leader`) is found, and the path written, only in the steps where that
+    holds for some trajectory of the batch (a branch for the whole batch; under vmap
+    it becomes a select, still correct). Once ``max_j |beta_j|`` has fallen
+    :func:`singular_log_range` below its start, the path is frozen (the flow's
+    collapse event; the iterates then hover at 0, where the leader is rounding noise).
+    The state is ``(path, floor)``; ``floor`` becomes inf when frozen.
     """
 
     def begin(beta0, tau0):
@@ -216,12 +219,25 @@ def path_observer(major: Array) -> StepObserver:
 
     def watch(state, beta, tau, step):
         path, floor = state
-        floor = jnp.where(max_rows(jnp.abs(beta)) < floor, jnp.inf, floor)
-        new = jnp.where(jnp.isinf(floor), 0, leader(beta))
-        # Hand-offs are rare: the path is written only in the steps that have one (a
-        # branch for the whole batch; under vmap it becomes a select, still correct).
-        moved = jnp.any((new > 0) & (new != path.lead))
-        path = lax.cond(moved, lambda p: path_enter(p, new, tau, step, major), lambda p: p, path)
+        magnitude = jnp.abs(beta)
+        largest = max_rows(magnitude)
+        floor = jnp.where(largest < floor, jnp.inf, floor)
+        # |beta| of the current leader (0 while none has led): a new leader, if any, is
+        # above it. Coordinates past UNROLL_ROWS are read by one gather.
+        if beta.shape[0] > UNROLL_ROWS:
+            index = jnp.maximum(path.lead - 1, 0)[None]
+            at_lead = jnp.take_along_axis(magnitude, index, axis=0)[0]
+            at_lead = jnp.where(path.lead > 0, at_lead, 0)
+        else:
+            at_lead = sum_rows(
+                jnp.stack([jnp.where(path.lead == j + 1, m, 0) for j, m in enumerate(magnitude)])
+            )
+        passed = (at_lead < largest) & ~jnp.isinf(floor)
+
+        def enter(p):
+            return path_enter(p, jnp.where(passed, leader(beta), 0), tau, step, major)
+
+        path = lax.cond(jnp.any(passed), enter, lambda p: p, path)
         return path, floor
 
     return StepObserver(start=begin, step=watch)

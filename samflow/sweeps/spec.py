@@ -527,6 +527,7 @@ class SweepSpec:
             model=self.model,
             summaries=self.summaries,
             sampling=self.sampling,
+            step_cap=getattr(self.runner, "step_cap", None),
         )
 
     def model_attrs(self) -> dict:
