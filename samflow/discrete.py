@@ -16,6 +16,7 @@ failed).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,7 +26,7 @@ import numpy as np
 from jax import Array, lax
 
 from samflow.balanced import network as balanced_network
-from samflow.loop import Network, record_loop, take_steps
+from samflow.loop import Network, record_loop
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.rules import PerturbationRule
 from samflow.steps import Groups, step
@@ -47,18 +48,26 @@ class Observer(NamedTuple):
 
 
 class StepObserver(NamedTuple):
-    """Watches the steps (not only the records), carrying a small state.
+    """Watches every step (not only the records), carrying a small state.
 
     Fields:
         start: ``(beta0, tau0) -> state`` at step 0.
-        step: ``(state, beta, tau, step) -> state`` after every step of
-            :func:`simulate`, with the new ``beta`` ``[d, *batch]``, its ``tau`` and
-            the number of steps taken.
+        look: ``(state, lead, beta) -> (state, lead, new)`` after every step, inside
+            the runner's fused loop (cheap, branchless): ``lead`` ``[*batch]`` the
+            running leader (None at a block's first step: the state's), ``beta``
+            ``[d, *batch]`` after the step; ``new`` the leader that took over after
+            this step (0: none).
+        write: ``(state, news, taus, first) -> state`` after a block of steps (the
+            runner's unrolled loop body), with each step's ``new`` and ``tau``
+            (tuples), ``first`` the steps taken before the block; :func:`simulate`
+            calls it only where some ``new`` of the block is nonzero for some
+            trajectory of the batch (a branch for the whole batch).
     :func:`samflow.regimes.path_observer` finds the hand-offs of the leader with it.
     """
 
     start: Callable
-    step: Callable
+    look: Callable
+    write: Callable
 
 
 class Trajectory(NamedTuple):
@@ -303,19 +312,37 @@ def simulate(
         )  # fmt: skip
         return new, tau + eta
 
-    def stepped(t, carry):
-        state, tau = one_step(t, carry[:2])
-        watched = carry[2]
-        if step_observer is not None:  # after every step, inside the unrolled loop
-            watched = step_observer.step(watched, net.beta(state), tau, t + 1)
+    def block(first, carry, k):
+        """``k`` steps from step ``first``; the step observer sees each of them."""
+        state, tau, watched = carry
+        if step_observer is not None:
+            lead, news, taus = None, [], []
+        for j in range(k):
+            state, tau = one_step(first + j, (state, tau))
+            if step_observer is not None:
+                watched, lead, new = step_observer.look(watched, lead, net.beta(state))
+                news.append(new)
+                taus.append(tau)
+        if step_observer is None:
+            return state, tau, watched
+        # Hand-offs are rare: the path is written only in the blocks that have one.
+        moved = jnp.any(functools.reduce(jnp.logical_or, [n > 0 for n in news]))
+        write = functools.partial(step_observer.write, news=tuple(news), taus=tuple(taus))
+        watched = lax.cond(moved, lambda w: write(w, first=first), lambda w: w, watched)
         return state, tau, watched
 
-    def advance(carry, interval):
-        (state, tau, watched), tracker = carry
-        state, tau, watched = take_steps(
-            stepped, (state, tau, watched), interval.start, interval.length, unroll=unroll
+    def stepped(carry, start, length):
+        """``carry`` after steps ``start, ..., start + length - 1``: ``unroll`` at a time
+        (XLA fuses across them), then one by one."""
+        carry = lax.fori_loop(
+            0, length // unroll, lambda i, c: block(start + i * unroll, c, unroll), carry
         )
-        return (state, tau, watched), tracker
+        rest = start + length // unroll * unroll
+        return lax.fori_loop(0, length % unroll, lambda i, c: block(rest + i, c, 1), carry)
+
+    def advance(carry, interval):
+        inner, tracker = carry
+        return stepped(inner, interval.start, interval.length), tracker
 
     def recorded_beta(state):
         b = net.beta(state)
@@ -378,7 +405,7 @@ def simulate(
     stop_step, beta_end = jnp.full(tau_f.shape, last), None
     if extension is not None:
         stop_step, beta_end, watched = extend(
-            stepped, net, (state_f, tau_f, watched), failed, last, extension, unroll
+            stepped, net, (state_f, tau_f, watched), failed, last, extension
         )
     return Trajectory(
         step=record_steps,
@@ -404,10 +431,10 @@ def extend(
     failed: Array,
     last: Array,
     extension: Extension,
-    unroll: int,
 ) -> tuple[Array, Array, Any]:
     """The run from ``carry`` ``(state, tau, watched)`` at step ``last`` taken to its fate
-    (:class:`Extension`): ``(stop_step, beta_end, watched)``.
+    (:class:`Extension`): ``(stop_step, beta_end, watched)``; ``stepped(carry, start,
+    length)`` takes the steps.
 
     A ``while_loop`` over chunks of :data:`EXTENSION_CHUNK` steps, all trajectories of
     the batch stepped together until every one has stopped (decided, failed in its
@@ -430,7 +457,7 @@ def extend(
         t, (inner, stop_at), stopped = c
         state, tau, watched = inner
         length = jnp.minimum(EXTENSION_CHUNK, cap - t)
-        new = take_steps(stepped, (state, tau, watched), t, length, unroll=unroll)
+        new = stepped((state, tau, watched), t, length)
         stop = stopped | ~(net.finite(new[0]) & jnp.isfinite(new[1]))
         inner = keep(stop, inner, new)
         stop_at = jnp.where(stop, stop_at, t + length)

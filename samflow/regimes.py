@@ -201,15 +201,15 @@ def path_observer(major: Array) -> StepObserver:
     ``major`` ``[*batch]``: the major coordinate of each trajectory. Step 0 counts a
     leader only when the start has one (a uniform start is tied: its first leader is
     the one after the first step). A hand-off is placed at the step after which the new
-    leader first leads, with that step's ``tau``. The check of a step is cheap: only
-    whether the current leader's ``|beta|`` is below ``max_j |beta_j|`` (no leader yet:
-    whether beta is nonzero), in the same loop as the step; the leader itself
-    (:func:`leader`) is found, and the path written, only in the steps where that
-    holds for some trajectory of the batch (a branch for the whole batch; under vmap
-    it becomes a select, still correct). Once ``max_j |beta_j|`` has fallen
-    :func:`singular_log_range` below its start, the path is frozen (the flow's
-    collapse event; the iterates then hover at 0, where the leader is rounding noise).
-    The state is ``(path, floor)``; ``floor`` becomes inf when frozen.
+    leader first leads, with that step's ``tau``. After each step the leader is found
+    (:func:`leader`, branchless, fused with the step) and compared with the running
+    one; the path, ``MAX_LEADERS`` entries per trajectory, is written once per block of
+    steps and only where some trajectory of the batch had a hand-off in it (a branch
+    for the whole batch; under vmap it becomes a select, still correct). Once
+    ``max_j |beta_j|`` has fallen :func:`singular_log_range` below its start, the path
+    is frozen (the flow's collapse event; the iterates then hover at 0, where the
+    leader is rounding noise). The state is ``(path, floor)``; ``floor`` becomes inf
+    when frozen.
     """
 
     def begin(beta0, tau0):
@@ -217,30 +217,21 @@ def path_observer(major: Array) -> StepObserver:
         path = path_enter(path, leader(beta0), tau0, jnp.zeros_like(path.step[0]), major)
         return path, max_rows(jnp.abs(beta0)) * np.exp(-singular_log_range(beta0.dtype))
 
-    def watch(state, beta, tau, step):
+    def look(state, lead, beta):
         path, floor = state
-        magnitude = jnp.abs(beta)
-        largest = max_rows(magnitude)
-        floor = jnp.where(largest < floor, jnp.inf, floor)
-        # |beta| of the current leader (0 while none has led): a new leader, if any, is
-        # above it. Coordinates past UNROLL_ROWS are read by one gather.
-        if beta.shape[0] > UNROLL_ROWS:
-            index = jnp.maximum(path.lead - 1, 0)[None]
-            at_lead = jnp.take_along_axis(magnitude, index, axis=0)[0]
-            at_lead = jnp.where(path.lead > 0, at_lead, 0)
-        else:
-            at_lead = sum_rows(
-                jnp.stack([jnp.where(path.lead == j + 1, m, 0) for j, m in enumerate(magnitude)])
-            )
-        passed = (at_lead < largest) & ~jnp.isinf(floor)
+        lead = path.lead if lead is None else lead
+        floor = jnp.where(max_rows(jnp.abs(beta)) < floor, jnp.inf, floor)
+        new = jnp.where(jnp.isinf(floor), 0, leader(beta))
+        changed = (new > 0) & (new != lead)
+        return (path, floor), jnp.where(changed, new, lead), jnp.where(changed, new, 0)
 
-        def enter(p):
-            return path_enter(p, jnp.where(passed, leader(beta), 0), tau, step, major)
-
-        path = lax.cond(jnp.any(passed), enter, lambda p: p, path)
+    def write(state, news, taus, first):
+        path, floor = state
+        for k, (new, tau) in enumerate(zip(news, taus, strict=True)):
+            path = path_enter(path, new, tau, first + k + 1, major)
         return path, floor
 
-    return StepObserver(start=begin, step=watch)
+    return StepObserver(start=begin, look=look, write=write)
 
 
 def path_regime(path: LeaderPath, major: Array) -> Array:

@@ -25,7 +25,7 @@ OTHER = {
         "batch": None,
         "m": None,
         "label_noise": None,
-        "step_cap": 3000,
+        "step_cap": 30_000,
     },
     samflow.Flow: {
         "tau_max": 20.0,
