@@ -22,7 +22,8 @@ nothing.
 Edges lie between labels of the limit only (docs/theory/regimes.md#labels-of-the-limit): a
 flow runner without ``tau_cap`` is run to its fate up to
 :attr:`BoundarySearch.cap_factor` times its horizon (``tau_cap`` is written to the
-file), and a bracket is a pair of consecutive *decided* scan alphas (neither failed nor
+file), a discrete one without ``step_cap`` up to that many times its steps
+(``step_cap``), and a bracket is a pair of consecutive *decided* scan alphas (neither failed nor
 unresolved) whose indicators differ. An edge that moved with the horizon is therefore not
 reported: at L = 3 the lower "direct edge" near alpha = 2e-3 of a run stopped at tau = 200
 is gone once the runs below it are taken to their blow-up.
@@ -57,7 +58,7 @@ from samflow._removed import refuse
 from samflow.classification import Classification
 from samflow.errors import InputError
 from samflow.init import layer_rows
-from samflow.runners import Discrete, Flow
+from samflow.runners import MAX_STEPS, Discrete, Flow
 from samflow.sweeps.spec import SweepSpec
 
 if TYPE_CHECKING:  # JAX and xarray are imported once the inputs are checked
@@ -95,7 +96,8 @@ class BoundarySearch:
         rtol_alpha: relative tolerance of each edge found (at least
             :data:`MIN_RTOL_ALPHA`, below 1).
         cap_factor: a flow runner without ``tau_cap`` runs to its fate up to this many
-            times its ``tau_max`` (> 1).
+            times its ``tau_max``, a discrete one without ``step_cap`` up to this many
+            times its ``steps`` (> 1).
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
@@ -179,7 +181,9 @@ def boundary(
             (alpha is what is solved for; an empty mapping gives one point).
         rho: SAM radius where no axis sets it.
         runner: :class:`samflow.Discrete` or :class:`samflow.Flow` (a flow without
-            ``tau_cap`` runs to its fate up to ``search.cap_factor`` times ``tau_max``).
+            ``tau_cap`` runs to its fate up to ``search.cap_factor`` times ``tau_max``,
+            a discrete runner without ``step_cap`` up to ``search.cap_factor`` times
+            ``steps``).
         mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
         search: the scan and the bisection (:class:`samflow.BoundarySearch`): the range
             ``alpha_range`` is scanned at ``scan_points`` log-spaced alphas, and each
@@ -223,6 +227,10 @@ def boundary(
     progress = inputs.check_flag("progress", progress)
     if isinstance(runner, Flow) and runner.tau_cap is None:
         runner = replace(runner, tau_cap=search.cap_factor * runner.tau_max)
+    if isinstance(runner, Discrete) and runner.step_cap is None:
+        runner = replace(
+            runner, step_cap=min(MAX_STEPS - 1, round(search.cap_factor * runner.steps))
+        )
     spec = SweepSpec.from_inputs(
         method,
         depth=depth,

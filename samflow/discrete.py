@@ -16,6 +16,7 @@ failed).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -25,7 +26,7 @@ import numpy as np
 from jax import Array, lax
 
 from samflow.balanced import network as balanced_network
-from samflow.loop import Network, record_loop, take_steps
+from samflow.loop import Network, record_loop
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.rules import PerturbationRule
 from samflow.steps import Groups, step
@@ -47,18 +48,26 @@ class Observer(NamedTuple):
 
 
 class StepObserver(NamedTuple):
-    """Watches the steps (not only the records), carrying a small state.
+    """Watches every step (not only the records), carrying a small state.
 
     Fields:
         start: ``(beta0, tau0) -> state`` at step 0.
-        step: ``(state, beta, tau, step) -> state`` after every ``unroll`` steps of
-            :func:`simulate` (and each step of a shorter remainder), with the new
-            ``beta`` ``[d, *batch]``, its ``tau`` and step index.
+        look: ``(state, lead, beta) -> (state, lead, new)`` after every step, inside
+            the runner's fused loop (cheap, branchless): ``lead`` ``[*batch]`` the
+            running leader (None at a block's first step: the state's), ``beta``
+            ``[d, *batch]`` after the step; ``new`` the leader that took over after
+            this step (0: none).
+        write: ``(state, news, taus, first) -> state`` after a block of steps (the
+            runner's unrolled loop body), with each step's ``new`` and ``tau``
+            (tuples), ``first`` the steps taken before the block; :func:`simulate`
+            calls it only where some ``new`` of the block is nonzero for some
+            trajectory of the batch (a branch for the whole batch).
     :func:`samflow.regimes.path_observer` finds the hand-offs of the leader with it.
     """
 
     start: Callable
-    step: Callable
+    look: Callable
+    write: Callable
 
 
 class Trajectory(NamedTuple):
@@ -76,8 +85,14 @@ class Trajectory(NamedTuple):
         tracker: with an observer, its state after the last record (the regime
             classifier's :func:`samflow.regimes.finish` reads it with ``tracked``).
         tracked: with an observer, its scalars of every record ``[T, *batch]``.
-        watched: with a step observer, its state after the last step.
+        watched: with a step observer, its state after the last step (of the
+            extension, with one).
         summaries: with ``summaries``, its dict of every record ``[T, *batch]``.
+        stop_step: ``[*batch]`` int, the step the run ended at: the last record's,
+            or with an :class:`Extension` the step at which ``decided`` first held
+            (checked every :data:`EXTENSION_CHUNK` steps), or the cap.
+        beta_end: ``[d, *batch]`` beta at ``stop_step`` (with an extension; else
+            None).
     """
 
     step: Array
@@ -91,6 +106,33 @@ class Trajectory(NamedTuple):
     tracked: dict[str, Array] | None = None
     watched: Any = None
     summaries: dict[str, Array] | None = None
+    stop_step: Array | None = None
+    beta_end: Array | None = None
+
+
+EXTENSION_CHUNK = 512
+"""Steps an :class:`Extension` takes between two checks of ``decided``: a run stops at
+most this many steps after its fate is decided; the check (a certificate of a few
+operations per coordinate) costs far less than the steps."""
+
+
+class Extension(NamedTuple):
+    """A run taken on past its last record, unrecorded, to its fate (the discrete
+    counterpart of :attr:`samflow.Flow.tau_cap`).
+
+    Fields:
+        cap: the step at which the run ends in any case (an int, > the last record).
+        decided: ``(beta, watched) -> bool [*batch]``: whether a trajectory's future is
+            decided at the state of ``beta`` ``[d, *batch]``, ``watched`` the step
+            observer's state there. Checked at the last record and every
+            :data:`EXTENSION_CHUNK` steps after it: a trajectory for which it holds,
+            or whose state is no longer finite, stops (its state and ``watched`` stay
+            as they were at its last check), and the loop ends when every trajectory
+            of the batch has stopped or the cap is reached.
+    """
+
+    cap: Any
+    decided: Callable
 
 
 def row_mask(theta0: Array, depth: Array | int) -> Array | None:
@@ -181,6 +223,7 @@ def simulate(
     balanced_step: bool = False,
     sampling: Sampling | None = None,
     point_keys: Array | None = None,
+    extension: Extension | None = None,
 ) -> Trajectory:
     """Pure discrete run from ``theta0`` ``[L_max, d, *batch]``.
 
@@ -189,8 +232,8 @@ def simulate(
     and ``problem``, ``depth``, ``rho``, ``eta`` carry the same trailing axes (or
     broadcast). ``record_steps`` ``[T]`` starts at 0. Static: ``rule``, ``save_theta``,
     ``unroll`` (steps per iteration of the inner loop), ``step_observer`` (called after
-    each iteration of the inner loop, e.g. to find the hand-offs of the leading
-    coordinate between the records), ``observer`` (reduce each
+    every step, e.g. to find the hand-offs of the leading coordinate between the
+    records), ``observer`` (reduce each
     record inside the loop, as sweeps do with :data:`samflow.regimes.OBSERVER`) and
     ``record_beta`` (keep ``beta`` at every record; without it ``beta`` is None).
     ``key``: the PRNG key of a random rule (step ``t`` draws with ``fold_in(key, t)``;
@@ -211,6 +254,11 @@ def simulate(
     ``jax.random.key(0)`` for all), and cuts it into m-sharpness groups. ``tau`` is
     then the plain time ``eta * step``; the recorded loss is the full training loss.
     They take the general step (``balanced_step`` must be False).
+
+    ``extension`` (an :class:`Extension`, static but for its cap): after the last
+    record the run goes on, unrecorded, until its fate is decided or the cap; the step
+    observer follows it, ``theta_final`` and the records stay those of the last record,
+    ``stop_step`` and ``beta_end`` say where it ended.
     """
     if balanced_step:
         if not model.closed_forms or sampling is not None:
@@ -264,25 +312,37 @@ def simulate(
         )  # fmt: skip
         return new, tau + eta
 
-    def watch(n, carry):
+    def block(first, carry, k):
+        """``k`` steps from step ``first``; the step observer sees each of them."""
         state, tau, watched = carry
-        return state, tau, step_observer.step(watched, net.beta(state), tau, n)
+        if step_observer is not None:
+            lead, news, taus = None, [], []
+        for j in range(k):
+            state, tau = one_step(first + j, (state, tau))
+            if step_observer is not None:
+                watched, lead, new = step_observer.look(watched, lead, net.beta(state))
+                news.append(new)
+                taus.append(tau)
+        if step_observer is None:
+            return state, tau, watched
+        # Hand-offs are rare: the path is written only in the blocks that have one.
+        moved = jnp.any(functools.reduce(jnp.logical_or, [n > 0 for n in news]))
+        write = functools.partial(step_observer.write, news=tuple(news), taus=tuple(taus))
+        watched = lax.cond(moved, lambda w: write(w, first=first), lambda w: w, watched)
+        return state, tau, watched
+
+    def stepped(carry, start, length):
+        """``carry`` after steps ``start, ..., start + length - 1``: ``unroll`` at a time
+        (XLA fuses across them), then one by one."""
+        carry = lax.fori_loop(
+            0, length // unroll, lambda i, c: block(start + i * unroll, c, unroll), carry
+        )
+        rest = start + length // unroll * unroll
+        return lax.fori_loop(0, length % unroll, lambda i, c: block(rest + i, c, 1), carry)
 
     def advance(carry, interval):
-        (state, tau, watched), tracker = carry
-
-        def stepped(t, carry):
-            return (*one_step(t, carry[:2]), carry[2])
-
-        state, tau, watched = take_steps(
-            stepped,
-            (state, tau, watched),
-            interval.start,
-            interval.length,
-            unroll=unroll,
-            after=watch if step_observer is not None else None,
-        )
-        return (state, tau, watched), tracker
+        inner, tracker = carry
+        return stepped(inner, interval.start, interval.length), tracker
 
     def recorded_beta(state):
         b = net.beta(state)
@@ -333,7 +393,7 @@ def simulate(
     state0 = net.state0
     tau0 = jnp.zeros_like(theta0[0, 0])
     watched0 = None if step_observer is None else step_observer.start(net.beta(state0), tau0)
-    ((state_f, _, watched), tracker), recs, failed = record_loop(
+    ((state_f, tau_f, watched), tracker), recs, failed = record_loop(
         advance,
         record,
         ((state0, tau0, watched0), None),
@@ -341,6 +401,12 @@ def simulate(
         start=start,
         finite=all_finite,
     )
+    last = record_steps[-1]
+    stop_step, beta_end = jnp.full(tau_f.shape, last), None
+    if extension is not None:
+        stop_step, beta_end, watched = extend(
+            stepped, net, (state_f, tau_f, watched), failed, last, extension
+        )
     return Trajectory(
         step=record_steps,
         tau=recs["tau"],
@@ -353,4 +419,54 @@ def simulate(
         tracked=recs.get("tracked"),
         watched=watched,
         summaries=recs.get("summaries"),
+        stop_step=stop_step,
+        beta_end=beta_end,
     )
+
+
+def extend(
+    stepped: Callable,
+    net: Network,
+    carry: tuple,
+    failed: Array,
+    last: Array,
+    extension: Extension,
+) -> tuple[Array, Array, Any]:
+    """The run from ``carry`` ``(state, tau, watched)`` at step ``last`` taken to its fate
+    (:class:`Extension`): ``(stop_step, beta_end, watched)``; ``stepped(carry, start,
+    length)`` takes the steps.
+
+    A ``while_loop`` over chunks of :data:`EXTENSION_CHUNK` steps, all trajectories of
+    the batch stepped together until every one has stopped (decided, failed in its
+    records (``failed >= 0``), not finite) or the cap; a stopped trajectory's state is
+    kept as it was where it stopped (one select per chunk), so what decided it stays.
+    """
+
+    def keep(stop, old, new):
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(stop, a, b), old, new)
+
+    state, tau, watched = carry
+    stopped0 = (failed >= 0) | extension.decided(net.beta(state), watched)
+    cap = jnp.asarray(extension.cap, jnp.asarray(last).dtype)
+
+    def running(c):
+        t, _, stopped = c
+        return (t < cap) & ~jnp.all(stopped)
+
+    def chunk(c):  # the step each trajectory stopped at rides with its state
+        t, (inner, stop_at), stopped = c
+        state, tau, watched = inner
+        length = jnp.minimum(EXTENSION_CHUNK, cap - t)
+        new = stepped((state, tau, watched), t, length)
+        stop = stopped | ~(net.finite(new[0]) & jnp.isfinite(new[1]))
+        inner = keep(stop, inner, new)
+        stop_at = jnp.where(stop, stop_at, t + length)
+        decided = extension.decided(net.beta(inner[0]), inner[2])
+        return t + length, (inner, stop_at), stop | decided
+
+    start = jnp.asarray(last, cap.dtype)
+    stop_at0 = jnp.full(stopped0.shape, start)
+    _, ((state, _, watched), stop_at), _ = lax.while_loop(
+        running, chunk, (start, ((state, tau, watched), stop_at0), stopped0)
+    )
+    return stop_at, net.beta(state), watched

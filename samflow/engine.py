@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from samflow import balanced, compile_cache, devices, mappings
 from samflow import fate as fates
 from samflow.classification import Classification
-from samflow.discrete import Observer, simulate
+from samflow.discrete import Extension, Observer, simulate
 from samflow.flows import FlowConfig, integrate, start_rate
 from samflow.layout import argmax_rows, sum_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
@@ -185,6 +185,9 @@ class Setup:
         sampling: the stochastic steps (:class:`samflow.stochastic.Sampling`), or None
             for today's deterministic full-batch step; with it every point carries its
             PRNG key (:attr:`Points.key`), and the step is the general one.
+        step_cap: discrete only: a run whose fate is not decided at its last record
+            goes on, unrecorded, until it is (:func:`_discrete_fate`) or until this
+            step (:attr:`samflow.Discrete.step_cap`); None: it ends at its last record.
     """
 
     rule: PerturbationRule
@@ -200,6 +203,7 @@ class Setup:
     summaries: Summaries | None = None
     step_path: str = "auto"
     sampling: Sampling | None = None
+    step_cap: int | None = None
 
     def __post_init__(self) -> None:
         if self.step_path not in ("auto", *balanced.STEP_PATHS):
@@ -326,8 +330,20 @@ def _not_classified(setup: Setup, out: dict) -> None:
         del out["regime"], out["unresolved_reason"], out["limit_coord"]
 
 
-def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth, rho, eta) -> Array:
-    """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``.
+def _certifiable(setup: Setup, n: int) -> bool:
+    """Whether a discrete run of ``setup`` on ``n`` data points may be certified at all
+    (:func:`_discrete_fate`): the rule has a certificate and the setting keeps layers
+    equal, on one point."""
+    closed = setup.rule.balanced
+    alike = balanced.setting_applies("discrete", setup.rule, setup.model, setup.sampling)
+    return closed is not None and closed.fate is not None and n == 1 and alike
+
+
+def _discrete_fate(
+    setup: Setup, watched, beta_last: Array, theta0: Array, X: Array, y: Array, depth, rho, eta
+) -> Array:
+    """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``, at the
+    state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there.
 
     The fall of ``max_j |beta_j|`` by ``singular_log_range`` below its start (the path
     observer's frozen floor) decides nothing by itself
@@ -342,17 +358,15 @@ def _discrete_fate(setup: Setup, traj, theta0: Array, X: Array, y: Array, depth,
     the last record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must also be
     positive).
     """
-    path, floor = traj.watched
+    path, floor = watched
     frozen = jnp.isinf(floor)
     closed = setup.rule.balanced
-    alike = balanced.setting_applies("discrete", setup.rule, setup.model, setup.sampling)
-    if closed is None or closed.fate is None or X.shape[0] != 1 or not alike:
+    if not _certifiable(setup, X.shape[0]):
         return jnp.full(frozen.shape, fates.OPEN, jnp.int32)
     # Per point (balanced.equal_layers asks it of the whole batch, on the host).
     depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
     real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
     equal = jnp.all((theta0 == theta0[:1]) | ~real, axis=(0, 1))
-    beta_last = traj.tracker[0].beta_last  # [d, *batch]
     mu = jnp.broadcast_to(X[0], beta_last.shape)
     depth = jnp.broadcast_to(jnp.asarray(depth), beta_last.shape[1:])
     rho = jnp.broadcast_to(jnp.asarray(rho, beta_last.dtype), beta_last.shape[1:])
@@ -388,6 +402,15 @@ def _discrete_tile(setup: Setup) -> Callable:
         point_keys = None
         if setup.sampling is not None:
             point_keys = jax.random.wrap_key_data(jnp.moveaxis(key, -1, 0))
+
+        def fate(watched, beta):
+            return _discrete_fate(setup, watched, beta, theta0, X, y, depth, rho, eta)
+
+        extension = None  # where nothing can be certified, a longer run decides nothing
+        if setup.step_cap is not None and _certifiable(setup, X.shape[0]):
+            extension = Extension(
+                cap=setup.step_cap, decided=lambda beta, watched: fate(watched, beta) != fates.OPEN
+            )
         traj = simulate(
             theta0,
             problem,
@@ -407,7 +430,10 @@ def _discrete_tile(setup: Setup) -> Callable:
             balanced_step=setup.step_path == balanced.BALANCED,
             sampling=setup.sampling,
             point_keys=point_keys,
+            extension=extension,
         )
+        # Taken to its fate, the run is labelled where it stopped, past its records.
+        beta_end = traj.tracker[0].beta_last if extension is None else traj.beta_end
         out = finish(
             traj.tracker[0],
             traj.tracked,
@@ -417,7 +443,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             settings=setup.classification,
             path=traj.watched[0],
             major=major,
-            fate=_discrete_fate(setup, traj, theta0, X, y, depth, rho, eta),
+            fate=fate(traj.watched, beta_end),
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)

@@ -195,14 +195,17 @@ def singular_log_range(dtype) -> float:
 
 
 def path_observer(major: Array) -> StepObserver:
-    """The leader path of a discrete run, checked at every call of the runner's step
-    observer (every ``unroll`` steps, :func:`samflow.discrete.simulate`).
+    """The leader path of a discrete run, checked after every step
+    (:func:`samflow.discrete.simulate`), so no lead, however short, is missed.
 
     ``major`` ``[*batch]``: the major coordinate of each trajectory. Step 0 counts a
     leader only when the start has one (a uniform start is tied: its first leader is
-    the one at the first check). A hand-off is placed at the first check the new
-    leader leads at: its step is late by less than ``unroll`` steps, its ``tau`` by
-    their increments ``eta |l'(z~)|``; a lead shorter than that may be missed. Once
+    the one after the first step). A hand-off is placed at the step after which the new
+    leader first leads, with that step's ``tau``. After each step the leader is found
+    (:func:`leader`, branchless, fused with the step) and compared with the running
+    one; the path, ``MAX_LEADERS`` entries per trajectory, is written once per block of
+    steps and only where some trajectory of the batch had a hand-off in it (a branch
+    for the whole batch; under vmap it becomes a select, still correct). Once
     ``max_j |beta_j|`` has fallen :func:`singular_log_range` below its start, the path
     is frozen (the flow's collapse event; the iterates then hover at 0, where the
     leader is rounding noise). The state is ``(path, floor)``; ``floor`` becomes inf
@@ -214,17 +217,21 @@ def path_observer(major: Array) -> StepObserver:
         path = path_enter(path, leader(beta0), tau0, jnp.zeros_like(path.step[0]), major)
         return path, max_rows(jnp.abs(beta0)) * np.exp(-singular_log_range(beta0.dtype))
 
-    def watch(state, beta, tau, step):
+    def look(state, lead, beta):
         path, floor = state
+        lead = path.lead if lead is None else lead
         floor = jnp.where(max_rows(jnp.abs(beta)) < floor, jnp.inf, floor)
         new = jnp.where(jnp.isinf(floor), 0, leader(beta))
-        # Hand-offs are rare: the path is written only in the steps that have one (a
-        # branch for the whole batch; under vmap it becomes a select, still correct).
-        moved = jnp.any((new > 0) & (new != path.lead))
-        path = lax.cond(moved, lambda p: path_enter(p, new, tau, step, major), lambda p: p, path)
+        changed = (new > 0) & (new != lead)
+        return (path, floor), jnp.where(changed, new, lead), jnp.where(changed, new, 0)
+
+    def write(state, news, taus, first):
+        path, floor = state
+        for k, (new, tau) in enumerate(zip(news, taus, strict=True)):
+            path = path_enter(path, new, tau, first + k + 1, major)
         return path, floor
 
-    return StepObserver(start=begin, step=watch)
+    return StepObserver(start=begin, look=look, write=write)
 
 
 def path_regime(path: LeaderPath, major: Array) -> Array:

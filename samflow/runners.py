@@ -166,6 +166,13 @@ class Discrete:
             xi_i`` with random signs ``xi_i`` (real labels: the squared loss). 0: none.
             The random draws of ``batch`` and ``label_noise`` are keyed by the run's
             seed (:mod:`samflow.stochastic`).
+        step_cap: run to the fate (docs/theory/regimes.md#labels-of-the-limit), the
+            counterpart of :attr:`Flow.tau_cap`: a run whose fate is not decided at
+            ``steps`` goes on, unrecorded, until a certificate decides it (checked
+            every 512 steps) or until step ``step_cap`` (> ``steps``); its leader path
+            and label are those of the longer run, its records end at ``steps``. None
+            (the default): the run ends at ``steps``, and one not decided there is
+            unresolved.
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
@@ -187,6 +194,7 @@ class Discrete:
     batch: int | None = None
     m: int | None = None
     label_noise: float = 0.0
+    step_cap: int | None = None
 
     mode: ClassVar[str] = "discrete"
 
@@ -216,6 +224,11 @@ class Discrete:
         object.__setattr__(self, "label_noise", noise)
         if self.batch is not None and self.m is not None and self.batch % self.m:
             raise InputError(f"m = {self.m} must divide batch = {self.batch}")
+        if self.step_cap is not None:
+            cap = integer("step-cap", self.step_cap, 1, MAX_STEPS - 1)
+            if not cap > self.steps:
+                raise InputError(f"step-cap must exceed steps = {self.steps}, got {cap}")
+            object.__setattr__(self, "step_cap", cap)
 
     @property
     def stochastic(self) -> bool:
@@ -272,6 +285,8 @@ class Discrete:
                 out[name] = getattr(self, name)
         if self.label_noise > 0:
             out["label_noise"] = self.label_noise
+        if self.step_cap is not None:
+            out["step_cap"] = self.step_cap
         return out
 
     def __repr__(self) -> str:

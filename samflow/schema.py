@@ -408,6 +408,10 @@ RUN_ATTRS = {
         "runs not decided at tau_max went on, unrecorded, to their fate or to this tau",
         when="given",
     ),
+    "step_cap": Attribute(
+        "runs not decided at the last step went on, unrecorded, to their fate or to this step",
+        when="given",
+    ),
     "flow_formulation": Attribute("the flow's state: log, linf or linear", when=FLOW),
     "parametrization": Attribute(
         "the predictor: u2-v2 (beta = u^2 - v^2) or uv (beta = u v)",

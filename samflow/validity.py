@@ -8,7 +8,8 @@ with the flow on (docs/theory/validity.md#flow-validity):
 - ``regime``: the label of the limit (docs/theory/regimes.md#labels-of-the-limit);
 - ``path``: the leader path;
 - ``handoffs``: the hand-off times in rescaled time, within ``handoff_rtol`` of the
-  flow's plus the discrete detection delay (a leader check every 4 steps);
+  flow's plus the tau of the step the discrete hand-off was found after (the leader is
+  checked after every step, so the crossing lies inside that step);
 - ``limit``: ``limit_coord``.
 
 Each is coded 1 (agrees), 0 (disagrees) or -1 (undecided: the discrete run ended before
@@ -28,14 +29,14 @@ import xarray as xr
 
 from samflow import inputs
 from samflow._boundary import BoundarySearch
-from samflow.engine import UNROLL  # discrete leader checks come every UNROLL steps
 from samflow.errors import InputError
 from samflow.runners import MAX_STEPS, default
 from samflow.sweeps.spec import SweepSpec
 
 CAP_FACTOR = default(BoundarySearch, "cap_factor")
-"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``): the
-boundary search's own factor, so both label a run alike."""
+"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``), and a
+discrete run up to this many times its steps (``Discrete.step_cap``): the boundary
+search's own factor, so both label a run alike."""
 
 CRITERIA = ("regime", "path", "handoffs", "limit")
 AGREES, DISAGREES, UNDECIDED = 1, 0, -1
@@ -165,7 +166,9 @@ def validity_map(
         steps = _steps(tau_cover, eta, max_steps)
     disc = samflow.sweep(
         method,
-        runner=samflow.Discrete(eta=float(eta[0]), steps=steps, save=samflow.Every(1)),
+        runner=samflow.Discrete(
+            eta=float(eta[0]), steps=steps, save=samflow.Every(1), step_cap=_cap(steps)
+        ),
         **disc_kw,
     )
     out = compare(flow, disc, handoff_rtol)
@@ -193,6 +196,7 @@ def validity_map(
         tau_cover=tau_cover,
         tau_max=tau_max,
         tau_cap=CAP_FACTOR * tau_max,
+        step_cap=_cap(steps),
         handoff_rtol=handoff_rtol,
         oscillation_run=OSCILLATION_RUN,
         catapult_factor=CATAPULT_FACTOR,
@@ -221,6 +225,11 @@ def _steps(tau_cover: float, eta: np.ndarray, max_steps: int) -> int:
     """The discrete steps for ``tau_cover``: ``2 tau_cover / min(eta)``, at most
     ``max_steps`` (a step buys ``eta |l'(z~)| <= eta / 2`` of tau)."""
     return int(min(max_steps, np.ceil(2.0 * tau_cover / eta[0])))
+
+
+def _cap(steps: int) -> int:
+    """The discrete runs' ``step_cap``: :data:`CAP_FACTOR` times their steps."""
+    return int(min(MAX_STEPS - 1, CAP_FACTOR * steps))
 
 
 def _check_discrete(method, kw: dict, eta: float, steps: int, given: str) -> None:
@@ -298,6 +307,7 @@ _FLOW = ("regime", "limit_coord", "leader_path", "n_leaders", "handoff_tau", "bl
 def _paths(flow, disc, tau, tau_end, complete, rtol):
     """Path and hand-off agreement ``[E, A]`` (int8 codes), point by point, and the
     largest shift of a hand-off time in tau over the hand-offs the paths share."""
+    eta = disc["eta"].values
     f_path, d_path = flow["leader_path"].values, disc["leader_path"].values
     f_n, d_n = flow["n_leaders"].values, disc["n_leaders"].values
     f_tau, d_tau = flow["handoff_tau"].values, disc["handoff_tau"].values
@@ -330,7 +340,12 @@ def _paths(flow, disc, tau, tau_end, complete, rtol):
             continue
         k = np.arange(1, shown)
         s = d_step[idx][k]
-        late = tau[idx][s] - tau[idx][np.maximum(s - UNROLL, 0)]
+        # The leader is checked after every step: the crossing lies inside step s, whose
+        # tau increment is the most the hand-off's tau can be late by. Past the records
+        # (a run taken to its fate) the increment is bounded by eta |l'| <= eta.
+        recorded = s < tau[idx].shape[0]
+        at = np.minimum(s, tau[idx].shape[0] - 1)
+        late = np.where(recorded, tau[idx][at] - tau[idx][np.maximum(at - 1, 0)], eta[idx[0]])
         moved = np.abs(d_tau[idx][k] - f_tau[idx][k])
         shift[idx] = moved.max() if k.size else np.nan
         hand[idx] = DISAGREES if not (moved <= rtol * f_tau[idx][k] + late).all() else path[idx]

@@ -118,7 +118,7 @@ def test_summaries_made_in_the_loop_equal_those_of_the_saved_records():
         np.testing.assert_array_equal(
             ds[name].values, np.moveaxis(np.asarray(post[name]), 0, 2), err_msg=name
         )
-    # The loop checks every UNROLL steps, the records only their own: every leader seen
+    # The loop checks after every step, the records only their own: every leader seen
     # at a record is in the path found between the steps (but not after the fall to the
     # collapse event, where the loop's path is frozen and the records read rounding
     # noise: such a run is collapse where certified, else unresolved and shrinking, its

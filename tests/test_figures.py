@@ -101,7 +101,8 @@ def test_shared_runner_matches_the_sweep(tmp_path):
         depth=2,
         mu=[1.0, 2.0, 3.0, 4.0],
         axes={"alpha": [0.2, 0.5, 2], "rho": [0, 1]},
-        runner=samflow.Discrete(eta=0.05, steps=60, save=samflow.Every(20)),
+        # The figures take labelled runs to their fate: 100 times their steps.
+        runner=samflow.Discrete(eta=0.05, steps=60, save=samflow.Every(20), step_cap=6000),
         out=tmp_path / "ref.nc",
         save_trajectories=True,
     )

@@ -25,6 +25,7 @@ OTHER = {
         "batch": None,
         "m": None,
         "label_noise": None,
+        "step_cap": 30_000,
     },
     samflow.Flow: {
         "tau_max": 20.0,

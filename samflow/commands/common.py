@@ -149,6 +149,12 @@ def add_problem_args(p: argparse.ArgumentParser) -> None:
         "steps": (integer, Discrete, "number of steps (discrete)"),
         "record-every": (integer, None, "record every K steps (discrete; default steps/100)"),
         "log-records": (integer, None, "instead: this many log-spaced records (discrete)"),
+        "step-cap": (
+            integer,
+            None,
+            "discrete: a run not decided at the last step goes on, unrecorded, to its fate "
+            "(a certificate of the limit) or to this step (default: it ends at the last step)",
+        ),
         "tau-max": (finite_float, Flow, "flow horizon"),
         "tau-min": (
             finite_float,
@@ -309,6 +315,7 @@ def add_output_args(p: argparse.ArgumentParser, *quiet_aliases: str) -> None:
 
 
 DISCRETE_OPTIONS = ("eta", "steps", "record_every", "log_records", "batch", "m", "label_noise")
+DISCRETE_OPTIONS += ("step_cap",)
 FLOW_OPTIONS = ("tau_max", "tau_min", "n_save", "formulation", "solver", "rtol", "atol")
 FLOW_OPTIONS += ("max_steps", "tau_cap")
 

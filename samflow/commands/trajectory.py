@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         reason = REASON_MEANINGS.split()[int(ds["unresolved_reason"])]
         print(
             f"{args.out}: regime {UNRESOLVED} (unresolved: {reason} where it stopped, "
-            f"leader {int(ds['stop_leader'])}; a flow runs to its fate with --tau-cap)"
+            f"leader {int(ds['stop_leader'])}; a run goes on to its fate with --tau-cap "
+            "(flow) or --step-cap (discrete))"
         )
     elif not args.quiet and "regime" in ds:
         print(

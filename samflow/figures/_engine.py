@@ -26,7 +26,7 @@ from samflow._boundary import BoundarySearch
 from samflow.engine import run_points, step_path
 from samflow.errors import InputError
 from samflow.init import layer_rows, pad_layers
-from samflow.runners import TAU_MIN_SHARE, At, Discrete, Every, Flow, LogSpaced, default
+from samflow.runners import MAX_STEPS, TAU_MIN_SHARE, At, Discrete, Every, Flow, LogSpaced, default
 from samflow.sweeps.axes import Axis
 from samflow.sweeps.spec import SweepSpec
 from samflow.sweeps.store import chunk_plan, in_memory, sweep_attrs
@@ -63,14 +63,17 @@ def figure_spec(
 ) -> SweepSpec:
     """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
 
-    ``to_fate``: a flow's runs not decided at ``tau_max`` go on to their fate, up to
-    :attr:`samflow.BoundarySearch.cap_factor` (its default) times it (``tau_cap``), so
-    that the labels a figure draws are labels of the limit
-    (docs/theory/regimes.md#labels-of-the-limit); off for figures that draw no labels."""
+    ``to_fate``: runs not decided at ``tau_max`` (flows) or ``steps`` (discrete) go on
+    to their fate, up to :attr:`samflow.BoundarySearch.cap_factor` (its default) times
+    it (``tau_cap``, ``step_cap``), so that the labels a figure draws are labels of the
+    limit (docs/theory/regimes.md#labels-of-the-limit); off for figures that draw no
+    labels."""
+    factor = default(BoundarySearch, "cap_factor")
     if mode == "discrete":
-        runner = Discrete(eta=eta, steps=steps, save=Every(record_every))
+        step_cap = min(MAX_STEPS - 1, round(factor * steps)) if to_fate else None
+        runner = Discrete(eta=eta, steps=steps, save=Every(record_every), step_cap=step_cap)
     else:
-        tau_cap = default(BoundarySearch, "cap_factor") * tau_max if to_fate else None
+        tau_cap = factor * tau_max if to_fate else None
         runner = Flow(tau_max=tau_max, save=LogSpaced(n_save - 1), tau_cap=tau_cap, **FLOW_SETTINGS)
     axes = tuple(axes)
     for axis in axes:

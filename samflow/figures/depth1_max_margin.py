@@ -132,6 +132,7 @@ def run(quick: bool) -> dict:
             mu=MU,
             steps=steps,
             save_trajectories=True,
+            to_fate=False,  # draws directions, no labels
         )
         ds = sweep(spec, quick=quick, times=log_steps(steps))
         out[label] = ds.squeeze([f"alpha_{j + 1}" for j in range(4)])

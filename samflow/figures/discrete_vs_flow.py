@@ -36,6 +36,7 @@ def run(quick: bool) -> dict:
         steps=steps,
         record_every=1,
         save_trajectories=True,
+        to_fate=False,  # draws beta against tau, no labels
     )
     flow = figure_spec(
         "sam-l2",

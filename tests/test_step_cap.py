@@ -1,0 +1,112 @@
+"""Discrete runs taken to their fate (``Discrete(step_cap=...)``) and leader paths read
+after every step, against a NumPy float64 loop of the balanced discrete map written
+here (issue 38)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import samflow
+from samflow.errors import InputError
+from samflow.regimes import RETURNED, SEQUENTIAL, UNRESOLVED
+
+
+def numpy_map(rule, mu, alpha, rho, eta, steps, depth=2):
+    """The balanced discrete map of ``rule`` (``l2``: l2-SAM, ``usam``) from ``w = alpha``
+    on one point ``x = mu``, ``y = +1``, in float64: every layer is the same ``u``, the
+    perturbed layer ``w~ = u - rho c mu u^(L-1)`` (``c = 1 / ||m||_2`` with ``m`` every
+    layer's ``mu u^(L-1)``, or USAM's ``sigmoid(-z)``), the step ``u += eta sigmoid(-z~)
+    mu w~^(L-1)``. Returns the leader path (leaders, and the step after which each took
+    the lead) and the final ``u``."""
+    mu = np.asarray(mu, np.float64)
+    u = np.full(mu.shape, alpha, np.float64)
+    leaders, at = [], []
+    for t in range(steps):
+        m = mu * u ** (depth - 1)
+        if rule == "l2":
+            c = 1.0 / np.sqrt(depth * np.sum(m * m))
+        else:
+            c = 1.0 / (1.0 + np.exp(np.sum(mu * u**depth)))
+        w = u - rho * c * m
+        lprime = 1.0 / (1.0 + np.exp(np.sum(mu * w**depth)))
+        u = u + eta * lprime * mu * w ** (depth - 1)
+        size = np.abs(u**depth)
+        lead = int(np.argmax(size)) + 1
+        if np.sum(size == size.max()) == 1 and (not leaders or leaders[-1] != lead):
+            leaders.append(lead)
+            at.append(t + 1)
+    return leaders, at, u
+
+
+def path_of(ds):
+    n = int(ds["n_leaders"])
+    return list(ds["leader_path"].values[:n]), list(ds["handoff_step"].values[:n])
+
+
+def test_every_step_path_catches_short_leads():
+    """Issue 38's example: read every 4 steps the path was [1, 3] (sequential); the map's
+    leader changes after steps 1, 4, 5, 6 and 7, so the path is [3, 1, 3, 1, 3], returned.
+    The hand-off steps must be the NumPy loop's exactly (a step late would be a miss)."""
+    problem = dict(mu=[1.3448, 0.2928, 8.1706, 0.2226, 0.5390], alpha=0.02661, rho=1.0455)
+    eta, steps = 0.78226, 400
+    leaders, at, _ = numpy_map("usam", problem["mu"], problem["alpha"], problem["rho"], eta, steps)
+    assert leaders == [3, 1, 3, 1, 3]  # the reference itself: five leads in seven steps
+    ds = samflow.trajectory(
+        "usam", depth=2, **problem, runner=samflow.Discrete(eta=eta, steps=steps)
+    )
+    assert path_of(ds) == (leaders, at)
+    # Decided (L = 2 region certificate) and labelled from the whole path.
+    assert int(ds["regime"]) == RETURNED
+
+
+def test_step_cap_decides_what_the_steps_leave_open():
+    """l2-SAM, L = 2: at step 100 coordinate 3 leads and the run is unresolved; with a
+    cap of 10,000 it goes on to the major's take-over (after step 304, where the L = 2
+    region certificate holds) and is sequential, with the path and hand-off step of a
+    NumPy run 100 times longer, whose major leads at its end."""
+    problem = dict(mu=[1.0, 2.0, 3.0, 4.0], alpha=1.3274657662401144, rho=1.5)
+    eta = 0.05
+    short = samflow.trajectory(
+        "sam-l2", depth=2, **problem, runner=samflow.Discrete(eta=eta, steps=100)
+    )
+    assert int(short["regime"]) == UNRESOLVED
+    runner = samflow.Discrete(eta=eta, steps=100, step_cap=10_000)
+    capped = samflow.trajectory("sam-l2", depth=2, **problem, runner=runner)
+    leaders, at, u = numpy_map("l2", problem["mu"], problem["alpha"], problem["rho"], eta, 10_000)
+    assert path_of(capped) == (leaders, at) == ([3, 4], [1, 304])
+    assert int(capped["regime"]) == SEQUENTIAL
+    # The records end at step 100: the longer run is unrecorded.
+    assert int(capped["step"].values[-1]) == 100
+    assert capped.attrs["step_cap"] == 10_000
+    # The reference's end is inside the certificate's region rho c (mu_3 + mu_4) < 1.
+    mu = np.asarray(problem["mu"])
+    c = 1.0 / np.sqrt(2 * np.sum((mu * u) ** 2))
+    assert problem["rho"] * c * 7.0 < 1
+
+
+def test_step_cap_in_a_sweep_keeps_decided_labels():
+    """In a sweep, points decided at the last record keep their label and path with a
+    cap (they stop where they are), and the cap changes the resume key."""
+    kw = dict(depth=2, mu=[1.0, 2.0, 3.0, 4.0], axes={"alpha": [1.3274657662401144, 2.0]})
+    kw["rho"] = 1.5
+    plain = samflow.SweepSpec.from_inputs(
+        "sam-l2", runner=samflow.Discrete(eta=0.05, steps=100), **kw
+    )
+    capped = samflow.SweepSpec.from_inputs(
+        "sam-l2", runner=samflow.Discrete(eta=0.05, steps=100, step_cap=10_000), **kw
+    )
+    assert plain.key() != capped.key()
+    a = samflow.sweep("sam-l2", runner=plain.runner, **kw)
+    b = samflow.sweep("sam-l2", runner=capped.runner, **kw)
+    decided = a["regime"].values != UNRESOLVED
+    assert decided.any() and not decided.all()
+    for name in ("regime", "leader_path", "handoff_step"):
+        np.testing.assert_array_equal(a[name].values[decided], b[name].values[decided])
+    assert b["regime"].values[~decided].tolist() == [SEQUENTIAL]
+
+
+@pytest.mark.parametrize("cap", [100, 50, 0, 2.5])
+def test_step_cap_must_exceed_steps(cap):
+    with pytest.raises(InputError, match="step-cap"):
+        samflow.Discrete(eta=0.05, steps=100, step_cap=cap)
