@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +37,10 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import balanced, compile_cache, devices, mappings
+from samflow import balanced, compile_cache, devices, exported, mappings
 from samflow import fate as fates
 from samflow.classification import Classification
 from samflow.discrete import Observer, simulate
-from samflow.flows import FlowConfig, integrate, start_rate
 from samflow.layout import argmax_rows, sum_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.precision import precision
@@ -50,6 +49,9 @@ from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
 from samflow.stochastic import Sampling
 from samflow.summaries import Summaries
+
+if TYPE_CHECKING:  # samflow.flows (diffrax) loads where a flow program is traced
+    from samflow.flow_config import FlowConfig
 
 Item, Result = TypeVar("Item"), TypeVar("Result")
 
@@ -442,6 +444,8 @@ def _discrete_tile(setup: Setup) -> Callable:
 
 
 def _flow_tile(setup: Setup) -> Callable:
+    from samflow.flows import integrate
+
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
     def one(point: Points, times, n_records):
@@ -505,6 +509,8 @@ def _flow_tile(setup: Setup) -> Callable:
 
 def _start_rate(setup: Setup, point: Points) -> Array:
     """One point's :func:`samflow.flows.start_rate` under ``setup``."""
+    from samflow.flows import start_rate
+
     return start_rate(
         point.theta0,
         Problem(point.X, point.y),
@@ -687,9 +693,10 @@ def start_points(
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
-    fn = program(setup)
     with precision(setup.dtype):
-        running = fn(*place(setup, padded, times), T)
+        args = (*place(setup, padded, times), jnp.asarray(T, jnp.int32))
+        fn = exported.runnable(setup, args, lambda: program(setup)) or program(setup)
+        running = fn(*args)
 
     def result() -> dict[str, np.ndarray]:
         with precision(setup.dtype):
