@@ -447,7 +447,8 @@ def start_up_case(rows, args):
     falls on all alike); rate = median wall time over the baseline's median."""
     import tempfile
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     with tempfile.TemporaryDirectory() as tmp:
         env["SAMFLOW_COMPILE_CACHE"] = str(Path(tmp) / "jax")

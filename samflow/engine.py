@@ -9,7 +9,9 @@ times are an argument, so one program serves every horizon and schedule of a kin
 :func:`run_points` pads the number of points and of records to a few sizes per
 doubling (:func:`bucket`; padded records are masked out of every summary), so that a
 new grid size or record count seldom compiles again; compiled programs are kept on
-disk across processes (:mod:`samflow.compile_cache`). :func:`start_points` dispatches a
+disk across processes (:mod:`samflow.compile_cache`), and the programs of samflow's own
+settings are run as stored with ``jax.export`` (:mod:`samflow.exported`), so that a
+second process does not trace them again. :func:`start_points` dispatches a
 batch without waiting for it, and :func:`one_ahead` runs a sequence of batches with the
 next one on the devices while the caller handles the results of the one before.
 
@@ -686,7 +688,9 @@ def start_points(
 
     JAX runs a dispatched program in the background, so the caller's own work (the
     previous chunk's results, a file being written: :func:`one_ahead`) overlaps the
-    devices' run.
+    devices' run. The program is :func:`program`'s, run as stored by
+    :func:`samflow.exported.runnable` where the setup is samflow's own (the same
+    compiled code, never traced again in a later process).
     """
     C, T = points.size, len(times)
     setup = replace(setup, step_path=step_path(setup, points))
