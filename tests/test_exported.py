@@ -60,7 +60,7 @@ def _args(setup: Setup, C: int, T: int):
     return (*place(setup, _points(C), times), jnp.asarray(T, jnp.int32))
 
 
-@pytest.mark.parametrize("sharded", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("sharded", [False, True])
 def test_stored_program_gives_the_traced_programs_bits(store, sharded):
     """The traced program, the one exported now and the one read back from disk (traced
     never again) give the same bytes in every output: the compiled code is the same
