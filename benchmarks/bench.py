@@ -414,6 +414,94 @@ def compile_cache_case(rows, args):
             print(f"  {impl:<44} {row['note']}", flush=True)
 
 
+START_UP_BARE = "import jax, jax.numpy as jnp; jnp.ones(3).block_until_ready()"
+"""Case 9's baseline: the bare start of JAX (import, the CPU backend, one tiny program)."""
+START_UP_RUNS = (
+    (
+        "samflow trajectory (flow), second process",
+        [
+            "-m",
+            "samflow.cli",
+            *"trajectory --method sam-l2 --depth 2 --mu 1,2,3,4 --alpha 0.5 --rho 1 "
+            "--mode flow --tau-max 50 -q --out".split(),
+        ],
+    ),
+    (
+        "samflow.trajectory(...) (flow), second process",
+        [
+            "-c",
+            "import samflow; ds = samflow.trajectory('sam-l2', depth=2, mu=[1, 2, 3, 4], "
+            "alpha=0.5, rho=1.0, runner=samflow.Flow(tau_max=50)); int(ds['regime'])",
+        ],
+    ),
+)
+"""Case 9's processes: the first labelled trajectory of a process, by the command line
+(written to a file) and by the Python call."""
+
+
+def start_up_case(rows, args):
+    """Case 9: a second process's first labelled trajectory against the bare start of
+    JAX (:data:`START_UP_BARE`), wall time of whole processes. A fresh compile cache is
+    filled by one first process of each; then ``--repeats`` rounds run the baseline and
+    each second process in turn (interleaved, so that the load of a shared machine
+    falls on all alike); rate = median wall time over the baseline's median."""
+    import tempfile
+
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        env["SAMFLOW_COMPILE_CACHE"] = str(Path(tmp) / "jax")
+
+        def run(argv, out=None) -> float:
+            cmd = [sys.executable, *argv] + ([str(out)] if out is not None else [])
+            start = time.perf_counter()
+            subprocess.run(cmd, cwd=tmp, env=env, check=True, capture_output=True)
+            return time.perf_counter() - start
+
+        def out(i, k):
+            return Path(tmp) / f"t{i}_{k}.nc"
+
+        for k, (_, argv) in enumerate(START_UP_RUNS):  # the first processes fill the cache
+            run(argv, out("first", k) if argv[0] == "-m" else None)
+        bare, seconds = [], [[] for _ in START_UP_RUNS]
+        for i in range(args.repeats):
+            bare.append(run(["-c", START_UP_BARE]))
+            for k, (_, argv) in enumerate(START_UP_RUNS):
+                seconds[k].append(run(argv, out(i, k) if argv[0] == "-m" else None))
+    base = float(np.median(bare))
+    rows.append(
+        {
+            "case": "9 start-up",
+            "impl": "bare JAX start",
+            "dtype": "float64",
+            "seconds": base,
+            "runs": bare,
+            "compile_s": None,
+            "rate": 1.0,
+            "unit": "x bare JAX start",
+            "note": f"median {base:.2f} s",
+        }
+    )
+    print(f"  {'bare JAX start':<48} {base:.2f} s", flush=True)
+    for (impl, _), runs in zip(START_UP_RUNS, seconds, strict=True):
+        median = float(np.median(runs))
+        row = {
+            "case": "9 start-up",
+            "impl": impl,
+            "dtype": "float64",
+            "seconds": median,
+            "runs": runs,
+            "compile_s": None,
+            "rate": median / base,
+            "unit": "x bare JAX start",
+            "note": f"median {median:.2f} s, {median / base:.2f} x the bare start "
+            f"({base:.2f} s); load {os.getloadavg()[0]:.1f}",
+        }
+        rows.append(row)
+        print(f"  {impl:<48} {row['note']}", flush=True)
+
+
 MODEL_OPTIONS = (
     # (label, parametrization, loss, summaries, sharpness)
     ("product, logistic", "product", "logistic", False, False),
@@ -576,7 +664,12 @@ def markdown(results: dict) -> str:
         over = "" if over is None or r["impl"].startswith("samflow") else f"{over:.1f}"
         if r["impl"].startswith("roofline") and r.get("samflow_over"):
             over = f"{r['samflow_over']:.2f} (samflow at {100 * r['samflow_over']:.0f}%)"
-        unit = {"coordinate-steps/s": "cs/s", "steps/s": "steps/s", "first/second process": "×"}
+        unit = {
+            "coordinate-steps/s": "cs/s",
+            "steps/s": "steps/s",
+            "first/second process": "×",
+            "x bare JAX start": "× bare JAX",
+        }
         unit = unit.get(r["unit"], "traj/s")
         lines.append(
             f"| {r['case']} | {r['impl']} | {r['dtype']} | {r['seconds']:.3f} | {comp} | "
@@ -608,7 +701,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--chunk", type=int, default=16384, help="grid points per chunk")
-    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 7 8 mem")
+    p.add_argument("--only", nargs="*", default=None, help="cases: 1 2 3 4 5 6 7 8 9 mem")
     p.add_argument("--no-docs", action="store_true", help="leave docs/benchmarks.md alone")
     args = p.parse_args(argv)
     from samflow.devices import use_cpu_cores
@@ -632,7 +725,7 @@ def main(argv=None) -> int:
     args.model_steps = 2000 if full else 200
     args.stochastic_points = 4096 if full else 256
     args.stochastic_steps = 500 if full else 50
-    only = set(args.only or ["1", "2", "3", "4", "5", "6", "7", "8", "mem"])
+    only = set(args.only or ["1", "2", "3", "4", "5", "6", "7", "8", "9", "mem"])
 
     results = {"machine": machine(), "rows": [], "memory": [], "notes": []}
     rows = results["rows"]
@@ -689,6 +782,9 @@ def main(argv=None) -> int:
     if "8" in only:
         print("case 8: model options (parametrisation, loss, summaries, sharpness)")
         model_options_case(rows, args)
+    if "9" in only:
+        print("case 9: start-up, a second process's first trajectory against bare JAX")
+        start_up_case(rows, args)
     if "mem" in only:
         print("case 4c: peak memory against grid size")
         results["memory"] = memory_case(args)
@@ -731,6 +827,11 @@ def main(argv=None) -> int:
         "row's, measured in the same run. Summaries (l1, l2, n_active, test_error) and "
         "the sharpness (the top eigenvalue of the 32 x 32 Hessian, samflow.model."
         "top_eigenvalue) are taken at every record (steps / 100).",
+        "Case 9: wall time of whole processes with a compile cache that first processes "
+        "filled: a second process's first labelled flow trajectory (samflow trajectory to "
+        "a file; samflow.trajectory(...) in Python) over the bare start of JAX (python -c "
+        f"'{START_UP_BARE}'), medians of {args.repeats} rounds, each round running the "
+        "baseline and then both (interleaved: one load for all on a shared machine).",
         "No GPU was available to this benchmark: CPU only.",
     ]
     RESULTS.mkdir(parents=True, exist_ok=True)

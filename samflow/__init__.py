@@ -34,10 +34,10 @@ never globally on import.
 from importlib import import_module
 
 from samflow.errors import InputError
-from samflow.version import __version__
 
 # Where each public name lives. They load on first use (PEP 562), so that importing
-# samflow (and the command line's --help and its input errors) does not import JAX.
+# samflow (and the command line's --help and its input errors) does not import JAX, nor
+# importlib.metadata for the version (tests/test_start_up.py).
 _WHERE = {
     "FLAG_MEANINGS": "samflow.regimes",
     "FLAG_VALUES": "samflow.regimes",
@@ -67,9 +67,10 @@ _WHERE = {
     "sam": "samflow.transform",
     "sweep": "samflow.api",
     "trajectory": "samflow.api",
+    "__version__": "samflow.version",
 }
 
-__all__ = ["InputError", "__version__", *_WHERE]
+__all__ = ["InputError", *_WHERE]
 
 
 def __getattr__(name: str):

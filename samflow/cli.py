@@ -28,7 +28,6 @@ from samflow import compile_cache
 from samflow.errors import InputError, RunFailure
 from samflow.host_memory import reuse_host_memory
 from samflow.interrupt import interruptible
-from samflow.version import __version__
 
 COMMAND_MODULES = (
     "samflow.commands.trajectory",
@@ -61,6 +60,17 @@ class OneLineParser(argparse.ArgumentParser):
         raise InputError(message)
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (the look-up
+    imports importlib.metadata, a tenth of a second)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from samflow.version import __version__
+
+        print(f"samflow {__version__}")
+        parser.exit()
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; the modules of :data:`LAZY_COMMANDS` are imported only when ``argv``
     names one of their commands (else each is listed by its help line)."""
@@ -69,7 +79,9 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         description="Simulate GD and SAM (l2, linf, unnormalised) on linear diagonal "
         "networks and CNNs; map their implicit-bias regimes.",
     )
-    parser.add_argument("--version", action="version", version=f"samflow {__version__}")
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="show program's version number and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     named = next((a for a in argv if not a.startswith("-")), None)
     lazy = {LAZY_COMMANDS[named][0]} if named in LAZY_COMMANDS else set()

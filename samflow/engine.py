@@ -9,7 +9,9 @@ times are an argument, so one program serves every horizon and schedule of a kin
 :func:`run_points` pads the number of points and of records to a few sizes per
 doubling (:func:`bucket`; padded records are masked out of every summary), so that a
 new grid size or record count seldom compiles again; compiled programs are kept on
-disk across processes (:mod:`samflow.compile_cache`). :func:`start_points` dispatches a
+disk across processes (:mod:`samflow.compile_cache`), and the programs of samflow's own
+settings are run as stored with ``jax.export`` (:mod:`samflow.exported`), so that a
+second process does not trace them again. :func:`start_points` dispatches a
 batch without waiting for it, and :func:`one_ahead` runs a sequence of batches with the
 next one on the devices while the caller handles the results of the one before.
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,11 +39,10 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import balanced, compile_cache, devices, mappings
+from samflow import balanced, compile_cache, devices, exported, mappings
 from samflow import fate as fates
 from samflow.classification import Classification
 from samflow.discrete import Extension, Observer, simulate
-from samflow.flows import FlowConfig, integrate, start_rate
 from samflow.layout import argmax_rows, sum_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.precision import precision
@@ -50,6 +51,9 @@ from samflow.rules import PerturbationRule
 from samflow.schema import GRID, POINT
 from samflow.stochastic import Sampling
 from samflow.summaries import Summaries
+
+if TYPE_CHECKING:  # samflow.flows (diffrax) loads where a flow program is traced
+    from samflow.flow_config import FlowConfig
 
 Item, Result = TypeVar("Item"), TypeVar("Result")
 
@@ -468,6 +472,8 @@ def _discrete_tile(setup: Setup) -> Callable:
 
 
 def _flow_tile(setup: Setup) -> Callable:
+    from samflow.flows import integrate
+
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
     def one(point: Points, times, n_records):
@@ -531,6 +537,8 @@ def _flow_tile(setup: Setup) -> Callable:
 
 def _start_rate(setup: Setup, point: Points) -> Array:
     """One point's :func:`samflow.flows.start_rate` under ``setup``."""
+    from samflow.flows import start_rate
+
     return start_rate(
         point.theta0,
         Problem(point.X, point.y),
@@ -706,16 +714,19 @@ def start_points(
 
     JAX runs a dispatched program in the background, so the caller's own work (the
     previous chunk's results, a file being written: :func:`one_ahead`) overlaps the
-    devices' run.
+    devices' run. The program is :func:`program`'s, run as stored by
+    :func:`samflow.exported.runnable` where the setup is samflow's own (the same
+    compiled code, never traced again in a later process).
     """
     C, T = points.size, len(times)
     setup = replace(setup, step_path=step_path(setup, points))
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
-    fn = program(setup)
     with precision(setup.dtype):
-        running = fn(*place(setup, padded, times), T)
+        args = (*place(setup, padded, times), jnp.asarray(T, jnp.int32))
+        fn = exported.runnable(setup, args, lambda: program(setup)) or program(setup)
+        running = fn(*args)
 
     def result() -> dict[str, np.ndarray]:
         with precision(setup.dtype):

@@ -74,10 +74,10 @@ from samflow import fate as fates
 from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
+from samflow.flow_config import FlowConfig, formulation_for  # noqa: F401 (its callers import it here)
 from samflow.model import DEFAULT, Model, Problem, inner_products, layer_mask, weighted_points
-from samflow.regimes import LeaderPath, path_enter, path_start, singular_log_range, top
+from samflow.regimes import LeaderPath, path_enter, path_start, top
 from samflow.rules import PerturbationRule
-from samflow.runners import Flow
 
 
 class Tsit5Interpolation(diffrax.AbstractLocalInterpolation):
@@ -170,59 +170,17 @@ SOLVERS = {
 }
 """The solver class of each name a :class:`samflow.Flow` accepts: diffrax's, with
 ``tsit5`` as :class:`Tsit5` (the same method, its stages written out)."""
+
+
+def solver_of(config: FlowConfig) -> diffrax.AbstractSolver:
+    """The solver object of ``config``: its named solver (:data:`SOLVERS`), or the
+    object the runner was given."""
+    solver = config.solver
+    return SOLVERS[solver]() if isinstance(solver, str) else solver
+
+
 UNROLL_PATH = 16
 """Up to this many coordinates the leader path's crossings are written out (advance_path)."""
-
-
-class FlowConfig(NamedTuple):
-    """Static options of a solve (hashable: part of the compilation key).
-
-    Made only by :meth:`of`: the solver settings are the runner's (which owns their
-    defaults and checks them), copied here without its horizon and save grid, which
-    are arguments of the compiled program and so must not key it.
-
-    Fields:
-        formulation: ``log``, ``linf`` or ``linear`` (see module docstring).
-        solver: the solver object (:class:`samflow.Flow`'s name mapped to it, once).
-        rtol, atol, max_steps: :class:`samflow.Flow`'s fields of those names.
-        log_beta_max: stop when ``log max|beta_j|`` exceeds this.
-        singular_log_range: how far, in ``log |beta|``, a finite-time singularity is
-            followed: collapse when ``log max|beta_j|`` falls this far below its
-            initial value; blow-up (L >= 3) at ``L/(L-2)`` times this.
-        extend: ``tau_cap / tau_max`` of :class:`samflow.Flow` (1: no extension): a run
-            not decided at the horizon goes on to ``extend`` times it, stopped where
-            its fate is decided.
-    """
-
-    formulation: str
-    solver: diffrax.AbstractSolver
-    rtol: float
-    atol: float
-    max_steps: int
-    log_beta_max: float
-    singular_log_range: float
-    extend: float = 1.0
-
-    @classmethod
-    def of(cls, runner: Flow, formulation: str, dtype) -> FlowConfig:
-        """The static configuration of ``runner`` with a resolved ``formulation``.
-
-        The event edges follow the dtype: ``log_beta_max`` is half the log of its
-        largest number (every square in a norm stays finite), and near a finite-time
-        singularity a range beyond ~0.45 log(1/eps) asks for tau closer to tau* than
-        the dtype resolves.
-        """
-        info = np.finfo(np.dtype(dtype))
-        return cls(
-            formulation=formulation,
-            solver=SOLVERS[runner.solver]() if isinstance(runner.solver, str) else runner.solver,
-            rtol=runner.rtol,
-            atol=runner.atol,
-            max_steps=runner.max_steps,
-            log_beta_max=0.5 * float(np.log(info.max)),
-            singular_log_range=singular_log_range(dtype),
-            extend=1.0 if runner.tau_cap is None else runner.tau_cap / runner.tau_max,
-        )
 
 
 class FlowSolution(NamedTuple):
@@ -266,45 +224,6 @@ class FlowSolution(NamedTuple):
     lead_start: Array
     path: LeaderPath
     fate: Array
-
-
-def formulation_for(
-    rule: PerturbationRule,
-    requested: str,
-    one_point_positive: bool,
-    balanced: bool,
-    model: Model = DEFAULT,
-) -> str:
-    """The formulation a solve uses: ``requested``, or for ``auto`` the closed form the
-    model and rule declare where the start allows it; otherwise ``linear``. InputError
-    when a closed form is forced where it does not hold.
-
-    The closed forms: on a model with :attr:`samflow.model.Model.closed_forms` (the
-    paper's), the rule's own (:class:`samflow.rules.BalancedFlow`, ``log`` or ``linf``),
-    for one point with ``mu > 0`` and a balanced positive start; on a parametrisation
-    with a :class:`samflow.parametrizations.LogGradientFlow` (u2-v2), ``log`` for gd
-    from its balanced start (``u = v > 0``), any data and loss (:func:`log_gd_field`).
-    """
-    if model.closed_forms:
-        closed = rule.balanced.formulation if rule.balanced is not None else None
-        usable = closed if (one_point_positive and balanced) else None
-        need = (
-            f"needs one point with mu > 0, a balanced positive initialisation and a rule "
-            f"whose closed form is {requested!r} (method {rule.name} has {closed or 'none'})"
-        )
-    else:
-        log_gd = model.parametrization.log_gd is not None
-        usable = "log" if log_gd and rule.direction is None and balanced else None
-        need = (
-            f"is not available for parametrization {model.parametrization.name}, loss "
-            f"{model.loss.name}, method {rule.name}: use linear (or log: u2-v2, method gd, "
-            "u = v > 0 at the start)"
-        )
-    if requested == "auto":
-        return usable or "linear"
-    if requested != "linear" and requested != usable:
-        raise InputError(f"formulation {requested!r} {need}")
-    return requested
 
 
 def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
@@ -598,7 +517,7 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
     with no_host_checks():  # a program with a host callback is never kept on disk
         sol = diffrax.diffeqsolve(
             diffrax.ODETerm(field),
-            config.solver,
+            solver_of(config),
             t0=saves[0],
             t1=saves[-1] * config.extend,
             dt0=None,

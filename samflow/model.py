@@ -302,6 +302,16 @@ class Model:
         return self.loss.margin
 
     @property
+    def built_in(self) -> bool:
+        """Whether both pieces are samflow's own objects (``BUILT_IN`` of
+        :mod:`samflow.parametrizations` and of :mod:`samflow.losses`), whose methods keep
+        the protocol (``tests/test_models.py``) and whose code is samflow's."""
+        return (
+            PARAMETRIZATION_NAMES.get(self.parametrization.name) is self.parametrization
+            and LOSS_NAMES.get(self.loss.name) is self.loss
+        )
+
+    @property
     def classifies(self) -> bool:
         """Whether the regimes of docs/theory/regimes.md#definitions apply: the product network
         with a margin loss. Elsewhere no regime is given (the variables are absent)."""
