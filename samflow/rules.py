@@ -157,6 +157,7 @@ def _log_form(
     log_c: Callable[[Array, Array, Array], Array],
     step_collapse: Callable[[Array, Array, Array], Array] | None = None,
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
+    lead: Callable[..., tuple[Array, Array]] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -168,6 +169,10 @@ def _log_form(
     ``step_collapse(mu, rho, eta)``: where the discrete step keeps a shrinking run near
     0 (see ``fate``); None: never certified. ``deep_collapse(s, mu, L, rho)``: where the
     flow at even ``L >= 4`` provably collapses (see ``fate``); None: never certified there.
+    ``lead(s, mu, L, rho, eta) -> (holds, winner)``: a lead certificate at any ``L >= 2``
+    (docs/theory/regimes.md#lead-certificates-at-every-depth): where ``holds``, coordinate
+    ``winner`` (1-based), once it leads, leads for ever, for the flow (``eta`` None) or the
+    discrete balanced step; None: none beyond the region at L = 2.
     """
 
     def field(tau, s, args):
@@ -198,7 +203,9 @@ def _log_form(
         fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
         the discrete step only where ``step_collapse`` proves it stays near 0.
         Even L >= 4, flows: COLLAPSE where ``deep_collapse`` proves it
-        (docs/theory/regimes.md#collapse-certificates). Otherwise OPEN (a blow-up decides).
+        (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS where the rule's
+        ``lead`` certificate holds (docs/theory/regimes.md#lead-certificates-at-every-depth;
+        it excludes both collapse certificates). Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -213,7 +220,14 @@ def _log_form(
             deep = (depth >= 4) & (depth % 2 == 0) & deep_collapse(s, mu, L, rho)
         deeper = jnp.where(deep, _fate.COLLAPSE, _fate.OPEN)
         code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, deeper))
-        return code.astype(jnp.int32), (jnp.argmax(mu) + 1).astype(jnp.int32)
+        winner = jnp.argmax(mu) + 1
+        if lead is not None:
+            holds, leader = lead(s, mu, L, rho, eta)
+            # Where the region at L = 2 holds, both name the major.
+            certified = (depth >= 2) & holds & (code != _fate.LEADS)
+            code = jnp.where(certified, _fate.LEADS, code)
+            winner = jnp.where(certified, leader, winner)
+        return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
 
@@ -225,6 +239,78 @@ def _gd_log_c(log_mu, s, L):
 def _l2_log_c(log_mu, s, L):
     # c = 1 / ||m||_2, ||m||_2^2 = L sum_k mu_k^2 u_k^(2L-2), by logsumexp.
     return -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
+
+
+def _major(mu):
+    """The major's 1-based index (the largest mu): the winner of every lead certificate
+    below but GD's flow at L >= 3."""
+    return jnp.argmax(mu) + 1
+
+
+def _gd_lead(s, mu, L, rho, eta=None):
+    """GD's lead certificate at every depth
+    (docs/theory/regimes.md#lead-certificates-at-every-depth).
+
+    ``d log u_j/dtau = x_j = mu_j u_j^(L-2)``. Discrete step: ``u_j' = u_j (1 + h x_j)``,
+    ``h > 0``: every factor is at least 1 and ordered as ``x``, so the major, once it
+    leads (``x_major >= x_j``), leads for ever. Flow at L >= 3: the path is closed form,
+    ``u_j^-(L-2) = u_j(t)^-(L-2) - (L-2) mu_j (tau - t)``, lines in tau that reach 0 at
+    ``T_j = u_j^-(L-2) / ((L-2) mu_j)`` (the blow-up of ``u_j``); the leader is the line
+    lowest, and a coordinate ``w`` with the first ``T_w`` (ties: the smaller mu, whose
+    line is lower before ``T_w``), once lowest, stays lowest up to ``T_w`` (two lines cross
+    once): the winner is ``argmin T_j``. At L = 2 the region of ``fate`` holds (c = 0).
+    """
+    if eta is not None:
+        return jnp.ones((), bool), _major(mu)
+    key = -(L - 2) * s - jnp.log(mu)  # log T_j + log(L - 2)
+    first = key == jnp.min(key)
+    winner = jnp.argmin(jnp.where(first, mu, jnp.inf)) + 1
+    return L >= 3, jnp.where(L >= 3, winner, _major(mu))
+
+
+def _l2_lead(s, mu, L, rho, eta=None):
+    """l2-SAM's lead certificate at every depth
+    (docs/theory/regimes.md#lead-certificates-at-every-depth): the major ``a`` leads and
+    ``u_a >= sqrt(L) rho``. With ``x_j = mu_j u_j^(L-2)`` and ``M = ||m||_2 / rho``,
+    ``d log u_j/dtau = F(x_j) = x_j (1 - x_j/M)^(L-1)``, increasing on ``[0, M/L]``; and
+    ``||m||_2 >= sqrt(L) mu_a u_a^(L-1)`` gives ``x_a <= M/L`` there, so ``F(x_a) >= F(x_j)
+    >= 0``: the lead and the bound never break (for the discrete step ``u_j' = u_j (1 + h
+    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Compared in logs."""
+    return s[jnp.argmax(mu)] >= jnp.log(rho) + 0.5 * jnp.log(L), _major(mu)
+
+
+def _usam_lead(s, mu, L, rho, eta=None):
+    """USAM's lead certificates at every depth
+    (docs/theory/regimes.md#lead-certificates-at-every-depth), the major ``a`` leading
+    (``c = sigmoid(-z)``, ``z = sum_k mu_k u_k^L``, ``x_j = mu_j u_j^(L-2)``). In the region
+    ``L rho c x_a <= 1`` every ``d log u_j/dtau = x_j (1 - rho c x_j)^(L-1)`` (and every
+    step factor ``1 + h`` times it) is nonnegative and ordered as ``x``: the lead holds
+    and every ``u_j``, so ``z``, grows while the region holds. It holds for ever where
+
+    - (bound) ``L rho phi <= 1``, ``phi`` the largest ``mu_a v^(L-2) sigmoid(-mu_a v^L)``
+      over ``v >= u_a`` (``c x_a`` is at most that, as ``z >= mu_a u_a^L`` and ``u_a``
+      never falls); with ``w = mu_a v^L`` it is ``mu_a^(2/L) w^p sigmoid(-w)``, ``p = 1 -
+      2/L``, unimodal in ``w`` with its top at ``w* = p (1 + e^-w*)`` (a contraction);
+    - (fall) ``L rho c x_a <= 1`` and ``(1 - c) L mu_a u_a^L >= L - 2``: then ``c u_a^(L-2)``
+      does not rise (flow: its log's rate is at most ``F(x_a) ((L - 2) - (1 - c) L mu_a
+      u_a^L)``; step: by the concavity of ``log sigmoid(-z)`` and ``q^L - 1 >= L log q``).
+
+    Compared in logs."""
+    a = jnp.argmax(mu)
+    log_mu = jnp.log(mu)
+    log_L, log_rho = jnp.log(L), jnp.log(rho)
+    z = jnp.exp(jax.nn.logsumexp(log_mu + L * s))
+    log_c, log_1mc = -jax.nn.softplus(z), -jax.nn.softplus(-z)  # log c, log (1 - c)
+    inside = log_L + log_rho + log_c + log_mu[a] + (L - 2) * s[a] <= 0
+    fall = log_1mc + log_L + log_mu[a] + L * s[a] >= jnp.log(jnp.maximum(L - 2, 0.0))
+    p = 1 - 2 / L
+    top = p
+    for _ in range(40):  # w* = p (1 + e^-w*): |slope| <= p e^-w < 1, 40 steps to 1e-12 and less
+        top = p * (1 + jnp.exp(-top))
+    w = jnp.maximum(jnp.exp(log_mu[a] + L * s[a]), top)
+    log_phi = (2 / L) * log_mu[a] + p * jnp.log(jnp.maximum(w, jnp.finfo(s.dtype).tiny))
+    bound = log_L + log_rho + log_phi - jax.nn.softplus(w) <= 0
+    return bound | (inside & fall), _major(mu)
 
 
 def _l2_step_collapse(mu, rho, eta):
@@ -502,13 +588,13 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
     return _l2_direction(jax.tree_util.tree_unflatten(treedef, z), batch_ndim)
 
 
-GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c))
+GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c, lead=_gd_lead))
 """Gradient descent: no ascent step (``eps = 0``), so it needs no rho."""
 SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
     True,
-    _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse),
+    _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead),
     layers_alike=_l2_alike,
 )
 """l2-SAM: ``eps = g / ||g||_2`` over every layer (scale invariant)."""
@@ -524,7 +610,7 @@ USAM = PerturbationRule(
     "usam",
     _usam_direction,
     False,
-    _log_form(_usam_log_c, _usam_step_collapse),
+    _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead),
     layers_alike=_usam_alike,
 )
 """Unnormalised SAM (USAM), a control: ``eps = g`` (not scale invariant)."""

@@ -24,7 +24,8 @@ MU = [1.0, 2.0, 3.0, 4.0]
 def test_the_depth_3_example_is_unresolved_at_the_horizon_and_returned_at_its_fate():
     """The issue's example: at tau_max = 200 the run is still growing towards a blow-up
     that comes at tau 271.7 after the lead passed 4 -> 3 -> 4. It was labelled direct;
-    it is unresolved there, and run to its fate (tau_cap) it is what the run to 2000 says."""
+    it is unresolved there (the major leads, below the bound sqrt(3) rho of its lead
+    certificate), and run to its fate (tau_cap) it is what the run to 2000 says."""
     problem = dict(depth=3, mu=MU, alpha=2e-3, rho=0.05)
     short = samflow.trajectory("sam-l2", **problem, runner=samflow.Flow(tau_max=200.0))
     assert int(short["regime"]) == UNRESOLVED
@@ -39,12 +40,17 @@ def test_the_depth_3_example_is_unresolved_at_the_horizon_and_returned_at_its_fa
         assert int(ds["regime"]) == RETURNED and int(ds["limit_coord"]) == 4
         assert int(ds["unresolved_reason"]) == 0
         np.testing.assert_array_equal(ds["leader_path"].values[:4], [4, 3, 4, 0])
-    # The capped run keeps its records on [0, 200] and goes on unrecorded: the same solve
-    # to the same blow-up as the long one (the solver's steps differ only in where the
-    # save grid cuts them: 1e-6 relative).
+    # The capped run keeps its records on [0, 200] and goes on unrecorded until decided:
+    # the same solve as the long one (the solver's steps differ only in where the save
+    # grid cuts them: hand-offs 1e-6 relative), stopped once the major leads again above
+    # sqrt(3) rho (docs/theory/regimes.md#lead-certificates-at-every-depth), before the
+    # blow-up at 271.72 that decides the long one.
     assert capped["tau"].values[-1] == 200.0
-    assert abs(capped.attrs["blowup_tau"] / long.attrs["blowup_tau"] - 1) < 1e-6
-    assert abs(capped.attrs["blowup_tau"] - 271.72) < 0.01
+    hand_capped, hand_long = (ds["handoff_tau"].values[:3] for ds in (capped, long))
+    np.testing.assert_allclose(hand_capped, hand_long, rtol=1e-6)
+    assert hand_capped[2] <= capped.attrs["stop_tau"] < long.attrs["blowup_tau"]
+    assert "blowup_tau" not in capped.attrs
+    assert abs(long.attrs["blowup_tau"] - 271.72) < 0.01
     assert capped.attrs["tau_cap"] == 2000.0
 
 
@@ -93,7 +99,7 @@ def test_no_longer_run_contradicts_a_label(method, depth, rho):
 
 def test_discrete_labels_are_not_contradicted_by_more_steps():
     """Discrete l2-SAM at L = 2 (balanced step, certificate of the discrete map) and at
-    L = 3 (no certificate: only collapse decides): decided labels hold with 8x the steps."""
+    L = 3 (the lead certificate of every depth): decided labels hold with 8x the steps."""
     alphas = np.geomspace(0.05, 2.0, 9)
     for depth in (2, 3):
         runs = [
@@ -142,7 +148,8 @@ def test_odd_depth_linf_below_rho_is_a_finite_limit():
 
 def test_depth_4_near_collapse_stays_unresolved_while_shrinking():
     """l2-SAM at L = 4, alpha = 0.01, rho = 0.1: shrinking at tau = 50, not yet collapsed;
-    there is no certificate at L >= 3, so no label until the collapse event."""
+    neither the collapse certificate (max u above its bound) nor a lead certificate (the
+    major below sqrt(L) rho) holds there, so no label."""
     ds = samflow.trajectory(
         "sam-l2", depth=4, mu=MU, alpha=0.01, rho=0.1, runner=samflow.Flow(tau_max=50.0)
     )
