@@ -383,12 +383,17 @@ def _discrete_fate(
     settled = (
         certified
         & ~frozen
-        & (code == fates.LEADS)
+        & ((code == fates.LEADS) | (code == fates.TAKES_OVER))
         & (path.lead == winner)
         & ((depth > 1) | (at_winner > 0))
     )
+    # The major takes the lead later (docs/theory/regimes.md#takeover-certificate): the
+    # path seen so far, with the major appended, names the regime.
+    takeover = certified & ~frozen & (code == fates.TAKES_OVER) & ~settled & (path.count > 0)
     collapsed = certified & (code == fates.COLLAPSE)
-    fate = jnp.select([collapsed, settled], [fates.COLLAPSE, fates.SETTLED], fates.OPEN)
+    fate = jnp.select(
+        [collapsed, settled, takeover], [fates.COLLAPSE, fates.SETTLED, fates.TAKEOVER], fates.OPEN
+    )
     return fate.astype(jnp.int32)
 
 

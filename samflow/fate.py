@@ -16,15 +16,25 @@ Codes (``int``, the same in every batch element):
 - :data:`FINITE` (3): beta converges to a finite nonzero point (a certificate).
 - :data:`BLOWUP` (4): a finite-time blow-up ended the run (L >= 3); the leader at the
   blow-up is the limit's.
+- :data:`TAKEOVER` (5): the major does not lead where the run stopped, but a certificate
+  proves it takes the lead within finite time and keeps it for ever
+  (docs/theory/regimes.md#takeover-certificate): the limit's leader is the major, and the
+  regime is the path seen so far with the major appended (the minor leaders in between,
+  if any, are not followed and change no label).
 
 A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
-:data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE` and :data:`LEADS` (the winner it names
-leads for ever once it leads); the run is :data:`SETTLED` when that winner leads.
+:data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
+leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
+ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
+when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not.
 """
 
 from __future__ import annotations
 
-OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP = range(5)
+OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER = range(6)
 LEADS = SETTLED
 """A certificate's code: its winner, once it leads, leads for ever."""
-MEANINGS = "open settled collapse finite blowup"
+TAKES_OVER = TAKEOVER
+"""A certificate's code: its winner (the major) leads for ever once it leads, and it
+takes the lead within finite time."""
+MEANINGS = "open settled collapse finite blowup takeover"

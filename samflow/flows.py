@@ -739,15 +739,20 @@ def integrate(
         def edges(y):
             return high - log_beta_max(y)
 
-    def fate_of(y):
-        """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE or FINITE)."""
+    def fate_of(y, end=False):
+        """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE or FINITE; at the
+        run's ``end`` also TAKEOVER)."""
         if f.certify is None:
             return jnp.asarray(fates.OPEN, jnp.int32)
         code, winner = f.certify(y)
-        settled = (code == fates.LEADS) & (top(f.log_beta(y)) == winner)
+        # TAKES_OVER also says the winner takes the lead: the flow runs on to it (the
+        # hand-off is seen, at a finite tau); only the run's end (below) labels by it.
+        leads = (code == fates.LEADS) | (code == fates.TAKES_OVER)
+        settled = leads & (top(f.log_beta(y)) == winner)
+        takeover = end & (code == fates.TAKES_OVER) & ~settled
         return jnp.select(
-            [settled, code == fates.COLLAPSE, code == fates.FINITE],
-            [fates.SETTLED, fates.COLLAPSE, fates.FINITE],
+            [settled, code == fates.COLLAPSE, code == fates.FINITE, takeover],
+            [fates.SETTLED, fates.COLLAPSE, fates.FINITE, fates.TAKEOVER],
             fates.OPEN,
         ).astype(jnp.int32)
 
@@ -777,7 +782,7 @@ def integrate(
         collapsed = shrunk
     blowup = event & ~certified_stop & ~shrunk
     fate = jnp.select(
-        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end)
+        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end, end=True)
     ).astype(jnp.int32)
     unscaled = f.unscale(ys)
     path, stop = _stop(sol, edge, event & ~certified_stop)

@@ -336,7 +336,9 @@ def finish(
     ``fate`` ``[*batch]`` (:mod:`samflow.fate`) says what decided the run's future:
     a regime is given only where it is decided (docs/theory/regimes.md#labels-of-the-limit).
     ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``: the regime the path
-    names (:func:`path_regime`); ``OPEN``: unresolved. ``collapse_by_records`` also labels
+    names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with the major
+    appended (sequential if the major never led, else returned; ``limit_coord`` the
+    major, the path itself as seen); ``OPEN``: unresolved. ``collapse_by_records`` also labels
     collapse where ``||beta(tau_T)||_1 < settings.collapse_factor * ||beta(0)||_1``
     (``settings``: :class:`Classification`): a reading of given records, which no runner
     of the engine asks for (a fall proves no collapse,
@@ -385,9 +387,19 @@ def finish(
     if collapse_by_records:
         collapsed |= any_later & (normT < settings.collapse_factor * norm[0])
     by_path = (fate == fates.SETTLED) | (fate == fates.BLOWUP)
+    # The major takes the lead later and keeps it (docs/theory/regimes.md#takeover-certificate):
+    # the path as seen, then the major. Whatever minor coordinates lead in between, the
+    # major's lead at the end is its first (sequential) or a return.
+    major_later = (fate == fates.TAKEOVER) & (path.count > 0) & (path.lead != major)
     regime = jnp.select(
-        [failed, collapsed, fate == fates.FINITE, by_path],
-        [FAILED, COLLAPSE, FINITE, path_regime(path, major)],
+        [failed, collapsed, fate == fates.FINITE, by_path, major_later],
+        [
+            FAILED,
+            COLLAPSE,
+            FINITE,
+            path_regime(path, major),
+            jnp.where(path.major_leads > 0, RETURNED, SEQUENTIAL),
+        ],
         UNRESOLVED,
     )
     converged = any_later & (state.last_change / jnp.maximum(normT, 1e-300) < converged_rtol)
@@ -406,8 +418,17 @@ def finish(
             open_ & converged & (loss_T == 0),
             path.lead == 0,
             open_,
+            major_later,
         ],
-        [LIMIT_COLLAPSED, LIMIT_FAILED, LIMIT_FINITE, LIMIT_STALLED, LIMIT_NONE, LIMIT_OPEN],
+        [
+            LIMIT_COLLAPSED,
+            LIMIT_FAILED,
+            LIMIT_FINITE,
+            LIMIT_STALLED,
+            LIMIT_NONE,
+            LIMIT_OPEN,
+            major,
+        ],
         path.lead,
     )
     safe = jnp.where(normT > 0, normT, 1.0)

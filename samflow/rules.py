@@ -196,10 +196,16 @@ def _log_form(
         and ``g_j - g_k = (mu_j - mu_k) (1 - rho c (mu_j + mu_k))``. In the region
         ``rho c (a + b) < 1`` (``a``, ``b`` the two largest mu) every ``g_j > 0``, so
         every ``u_j`` grows, ``c`` does not grow, and the region is never left; in it
-        the rates are ordered as mu, so ``u_major / u_j`` never falls: LEADS, winner the
-        major. The discrete balanced step multiplies ``u_j`` by ``1 + h g_j``
-        (``h = eta |l'| <= eta``): with every ``g_j > 0`` the same argument holds for any
-        step. ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
+        the rates are ordered as mu, so ``u_major / u_j`` never falls: the major, once it
+        leads, leads for ever. The discrete balanced step multiplies ``u_j`` by
+        ``1 + h g_j`` (``h = eta |l'| <= eta``): with every ``g_j > 0`` the same argument
+        holds for any step. More (docs/theory/regimes.md#takeover-certificate): with
+        ``c <= c0`` (its value now), ``g_a - g_j >= delta_j = (mu_a - mu_j) (1 - rho c0 (a +
+        b)) > 0``, so ``log(u_a / u_j)`` grows at least ``delta_j`` per unit of tau (flow) or
+        by ``log(1 + h delta_j / (1 + eta a))`` per step, and the sum of ``h`` diverges (a
+        finite sum would bound every ``u_j``, so ``z``, so ``h >= eta e^-Z / 2`` at every
+        step): the major takes the lead within finite time: TAKES_OVER, winner the major.
+        ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
         fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
         the discrete step only where ``step_collapse`` proves it stays near 0.
         Even L >= 4, flows: COLLAPSE where ``deep_collapse`` proves it
@@ -214,7 +220,7 @@ def _log_form(
         shrink = rho * c * jnp.min(mu) > 1
         if eta is not None:
             shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
-        at_two = jnp.where(region, _fate.LEADS, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
+        at_two = jnp.where(region, _fate.TAKES_OVER, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
         deep = jnp.zeros((), bool)
         if deep_collapse is not None and eta is None:
             deep = (depth >= 4) & (depth % 2 == 0) & deep_collapse(s, mu, L, rho)
@@ -223,8 +229,8 @@ def _log_form(
         winner = jnp.argmax(mu) + 1
         if lead is not None:
             holds, leader = lead(s, mu, L, rho, eta)
-            # Where the region at L = 2 holds, both name the major.
-            certified = (depth >= 2) & holds & (code != _fate.LEADS)
+            # Where the region at L = 2 holds, both name the major (and TAKES_OVER says more).
+            certified = (depth >= 2) & holds & (code != _fate.LEADS) & (code != _fate.TAKES_OVER)
             code = jnp.where(certified, _fate.LEADS, code)
             winner = jnp.where(certified, leader, winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)

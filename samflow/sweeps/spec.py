@@ -44,10 +44,11 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-2"
+LABELS = "limit-3"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
-labelled under another meaning (limit-1: before discrete leader paths were read after
-every step; earlier: before docs/theory/regimes.md#labels-of-the-limit) are never
+labelled under another meaning (limit-2: before the take-over certificate,
+docs/theory/regimes.md#takeover-certificate; limit-1: before discrete leader paths were read
+after every step; earlier: before docs/theory/regimes.md#labels-of-the-limit) are never
 resumed into a sweep of this one."""
 KEY_FORMAT = 2
 """The version of how :meth:`SweepSpec.key` is computed, part of it: 2 (issue 31) hashes
