@@ -389,7 +389,8 @@ def _discrete_fate(
     )
     # The major takes the lead later (docs/theory/regimes.md#takeover-certificate): the
     # path seen so far, with the major appended, names the regime.
-    takeover = certified & ~frozen & (code == fates.TAKES_OVER) & ~settled & (path.count > 0)
+    # (Also where no leader was ever seen: a start tied at the top whose steps underflow.)
+    takeover = certified & ~frozen & (code == fates.TAKES_OVER) & ~settled
     collapsed = certified & (code == fates.COLLAPSE)
     fate = jnp.select(
         [collapsed, settled, takeover], [fates.COLLAPSE, fates.SETTLED, fates.TAKEOVER], fates.OPEN

@@ -337,11 +337,13 @@ def finish(
     a regime is given only where it is decided (docs/theory/regimes.md#labels-of-the-limit).
     ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``: the regime the path
     names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with the major
-    appended (sequential if the major never led, else returned; ``limit_coord`` the
-    major, the path itself as seen); ``OPEN``: unresolved. ``collapse_by_records`` also labels
-    collapse where ``||beta(tau_T)||_1 < settings.collapse_factor * ||beta(0)||_1``
-    (``settings``: :class:`Classification`): a reading of given records, which no runner
-    of the engine asks for (a fall proves no collapse,
+    appended (sequential if the major never led, else returned; with no leader seen,
+    direct where the major is among the largest ``|beta_j|``, else sequential;
+    ``limit_coord`` the major, the path itself as seen); ``OPEN``: unresolved.
+    ``collapse_by_records`` also labels collapse where
+    ``||beta(tau_T)||_1 < settings.collapse_factor * ||beta(0)||_1`` (``settings``:
+    :class:`Classification`): a reading of given records, which no runner of the engine
+    asks for (a fall proves no collapse,
     docs/theory/regimes.md#collapse-certificates).
 
     Returns ``regime`` (int8): failed from the records, the rest from the fate;
@@ -390,7 +392,16 @@ def finish(
     # The major takes the lead later and keeps it (docs/theory/regimes.md#takeover-certificate):
     # the path as seen, then the major. Whatever minor coordinates lead in between, the
     # major's lead at the end is its first (sequential) or a return.
-    major_later = (fate == fates.TAKEOVER) & (path.count > 0) & (path.lead != major)
+    # A run that never saw a leader (a start tied at the top whose steps underflow, so
+    # the iterates stand still) has the tied coordinates part in the order of mu at the
+    # exact map's first step: the major leads at once where it is among them (direct),
+    # else a minor leads first (sequential).
+    major_later = (fate == fates.TAKEOVER) & (path.lead != major)
+    size = jnp.abs(state.beta_last)
+    index = jnp.broadcast_to(major - 1, size.shape[1:])[None]
+    at_top = jnp.take_along_axis(size, index, axis=0)[0] >= jnp.max(size, axis=0)
+    never = jnp.where(at_top, DIRECT, SEQUENTIAL)
+    later = jnp.where(path.major_leads > 0, RETURNED, SEQUENTIAL)
     regime = jnp.select(
         [failed, collapsed, fate == fates.FINITE, by_path, major_later],
         [
@@ -398,7 +409,7 @@ def finish(
             COLLAPSE,
             FINITE,
             path_regime(path, major),
-            jnp.where(path.major_leads > 0, RETURNED, SEQUENTIAL),
+            jnp.where(path.count == 0, never, later),
         ],
         UNRESOLVED,
     )
@@ -416,18 +427,18 @@ def finish(
             regime == FAILED,
             regime == FINITE,
             open_ & converged & (loss_T == 0),
+            major_later & ~open_,
             path.lead == 0,
             open_,
-            major_later,
         ],
         [
             LIMIT_COLLAPSED,
             LIMIT_FAILED,
             LIMIT_FINITE,
             LIMIT_STALLED,
+            major,
             LIMIT_NONE,
             LIMIT_OPEN,
-            major,
         ],
         path.lead,
     )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import samflow
-from samflow.regimes import RETURNED, SEQUENTIAL, UNRESOLVED
+from samflow.regimes import DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 
 RULES = {"sam-l2": "l2", "usam": "usam", "gd": "gd"}
 
@@ -147,3 +147,31 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
             assert np.all(long[first:, i] == 4), i
             assert regime == regime_of(path, 4), (i, path, regime)
     assert labelled >= 3 and seen_over >= 1, (labelled, seen_over)
+
+
+def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map():
+    """l2-SAM, L = 2, uniform alpha 1.914, rho 0.1, eta 0.02: the loss's slope at
+    z = 10 alpha^2 ~ 37 is ~1e-16, so every float64 step rounds back to the start and no
+    leader is ever seen. The exact map (here in 60-digit decimals) has the major lead
+    after the first step, inside the region: direct, limit the major."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    mu = [Decimal(m) for m in (1, 2, 3, 4)]
+    alpha, rho, eta = 1.9139780785698999, 0.1, 0.02
+    u = [Decimal(alpha)] * 4
+    for _ in range(3):
+        m = [a * b for a, b in zip(mu, u, strict=True)]
+        c = 1 / (2 * sum(x * x for x in m)).sqrt()
+        assert Decimal(rho) * c * 7 < 1  # the region
+        w = [b - Decimal(rho) * c * x for b, x in zip(u, m, strict=True)]
+        z = sum(a * x * x for a, x in zip(mu, w, strict=True))
+        h = Decimal(eta) / (1 + z.exp())
+        u = [b + h * a * x for a, b, x in zip(mu, u, w, strict=True)]
+        assert max(range(4), key=lambda j: u[j]) == 3 and u[3] > u[2] > u[1] > u[0]
+    ds = samflow.trajectory(
+        "sam-l2", depth=2, mu=[1, 2, 3, 4], alpha=alpha, rho=rho,
+        runner=samflow.Discrete(eta=eta, steps=400),
+    )  # fmt: skip
+    assert int(ds["n_leaders"]) == 0  # float64 never moved
+    assert int(ds["regime"]) == DIRECT and int(ds["limit_coord"]) == 4
