@@ -464,7 +464,9 @@ def sweep(
 
     Examples:
         GD's regimes at four initialisation scales, in memory (a short discrete run: its
-        fate is decided where a certificate proves it, else it is ``unresolved``):
+        fate is decided where a certificate proves it, else it is ``unresolved``; at
+        alpha 5 the loss's slope underflows and the iterates never move, and the
+        take-over certificate labels it from the exact map):
 
         >>> import samflow
         >>> ds = samflow.sweep("gd", depth=2, mu=[1, 2, 3, 4], axes={"alpha": "0.05:5:4:log"},
@@ -473,7 +475,7 @@ def sweep(
         (('alpha',), [0.05, 0.232, 1.077, 5.0])
         >>> labels = samflow.FLAG_MEANINGS.split()
         >>> [labels[int(code) + 1] for code in ds.regime]
-        ['direct', 'direct', 'direct', 'unresolved']
+        ['direct', 'direct', 'direct', 'direct']
     """
     if not isinstance(axes, Mapping) or not axes:
         raise InputError("axes must be a non-empty mapping of axis name to values")
