@@ -391,6 +391,21 @@ def _discrete_fate(
     # path seen so far, with the major appended, names the regime.
     # (Also where no leader was ever seen: a start tied at the top whose steps underflow.)
     takeover = certified & ~frozen & (code == fates.TAKES_OVER) & ~settled
+    # A lead certificate at a start tied at the top that never moved (no leader seen), the
+    # major among the tied: the exact map's first step puts the major strictly ahead (its
+    # rate is the largest, docs/theory/regimes.md#takeover-certificate), and then it leads
+    # for ever: labelled as a take-over from no leader (direct).
+    top = jnp.max(jnp.abs(beta_last), axis=0)
+    tied_lead = (
+        certified
+        & ~frozen
+        & (code == fates.LEADS)
+        & (path.count == 0)
+        & (depth >= 2)
+        & (winner == jnp.argmax(mu, axis=0) + 1)
+        & (jnp.abs(at_winner) >= top)
+    )
+    takeover = takeover | tied_lead
     collapsed = certified & (code == fates.COLLAPSE)
     fate = jnp.select(
         [collapsed, settled, takeover], [fates.COLLAPSE, fates.SETTLED, fates.TAKEOVER], fates.OPEN

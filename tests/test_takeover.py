@@ -149,11 +149,13 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     assert labelled >= 3 and seen_over >= 1, (labelled, seen_over)
 
 
-def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map():
-    """l2-SAM, L = 2, uniform alpha 1.914, rho 0.1, eta 0.02: the loss's slope at
-    z = 10 alpha^2 ~ 37 is ~1e-16, so every float64 step rounds back to the start and no
-    leader is ever seen. The exact map (here in 60-digit decimals) has the major lead
-    after the first step, inside the region: direct, limit the major."""
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map(depth):
+    """l2-SAM, uniform alpha 1.914, rho 0.1, eta 0.02: the loss's slope at
+    z = 10 alpha^L (~37 at L = 2, ~70 at L = 3) is below 1e-16, so every float64 step
+    rounds back to the start and no leader is ever seen. The exact map (here in 60-digit
+    decimals) has the major lead after the first step, inside the certificate's region
+    (L = 2: rho c (a + b) < 1; L = 3: u >= sqrt(3) rho): direct, limit the major."""
     from decimal import Decimal, getcontext
 
     getcontext().prec = 60
@@ -161,16 +163,19 @@ def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map():
     alpha, rho, eta = 1.9139780785698999, 0.1, 0.02
     u = [Decimal(alpha)] * 4
     for _ in range(3):
-        m = [a * b for a, b in zip(mu, u, strict=True)]
-        c = 1 / (2 * sum(x * x for x in m)).sqrt()
-        assert Decimal(rho) * c * 7 < 1  # the region
+        m = [a * b ** (depth - 1) for a, b in zip(mu, u, strict=True)]
+        c = 1 / (depth * sum(x * x for x in m)).sqrt()
+        if depth == 2:
+            assert Decimal(rho) * c * 7 < 1  # the region
+        else:
+            assert u[3] >= Decimal(3).sqrt() * Decimal(rho)
         w = [b - Decimal(rho) * c * x for b, x in zip(u, m, strict=True)]
-        z = sum(a * x * x for a, x in zip(mu, w, strict=True))
+        z = sum(a * x**depth for a, x in zip(mu, w, strict=True))
         h = Decimal(eta) / (1 + z.exp())
-        u = [b + h * a * x for a, b, x in zip(mu, u, w, strict=True)]
-        assert max(range(4), key=lambda j: u[j]) == 3 and u[3] > u[2] > u[1] > u[0]
+        u = [b + h * a * x ** (depth - 1) for a, b, x in zip(mu, u, w, strict=True)]
+        assert u[3] > u[2] > u[1] > u[0]
     ds = samflow.trajectory(
-        "sam-l2", depth=2, mu=[1, 2, 3, 4], alpha=alpha, rho=rho,
+        "sam-l2", depth=depth, mu=[1, 2, 3, 4], alpha=alpha, rho=rho,
         runner=samflow.Discrete(eta=eta, steps=400),
     )  # fmt: skip
     assert int(ds["n_leaders"]) == 0  # float64 never moved
