@@ -169,10 +169,12 @@ def _log_form(
     ``step_collapse(mu, rho, eta)``: where the discrete step keeps a shrinking run near
     0 (see ``fate``); None: never certified. ``deep_collapse(s, mu, L, rho)``: where the
     flow at even ``L >= 4`` provably collapses (see ``fate``); None: never certified there.
-    ``lead(s, mu, L, rho, eta) -> (holds, winner)``: a lead certificate at any ``L >= 2``
-    (docs/theory/regimes.md#lead-certificates-at-every-depth): where ``holds``, coordinate
-    ``winner`` (1-based), once it leads, leads for ever, for the flow (``eta`` None) or the
-    discrete balanced step; None: none beyond the region at L = 2.
+    ``lead(s, mu, L, rho, eta) -> (holds, winner, overtakes)``: a lead certificate at any
+    ``L >= 2`` (docs/theory/regimes.md#lead-certificates-at-every-depth): where ``holds``,
+    coordinate ``winner`` (1-based), once it leads, leads for ever, for the flow (``eta``
+    None) or the discrete balanced step; where ``overtakes`` (used at L >= 3), the major
+    also takes the lead within finite time, whoever leads now
+    (docs/theory/regimes.md#takeover-at-every-depth); None: none beyond the region at L = 2.
     """
 
     def field(tau, s, args):
@@ -211,7 +213,9 @@ def _log_form(
         Even L >= 4, flows: COLLAPSE where ``deep_collapse`` proves it
         (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS where the rule's
         ``lead`` certificate holds (docs/theory/regimes.md#lead-certificates-at-every-depth;
-        it excludes both collapse certificates). Otherwise OPEN (a blow-up decides).
+        it excludes both collapse certificates); L >= 3: TAKES_OVER, winner the major,
+        where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
+        Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -228,11 +232,17 @@ def _log_form(
         code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, deeper))
         winner = jnp.argmax(mu) + 1
         if lead is not None:
-            holds, leader = lead(s, mu, L, rho, eta)
+            holds, leader, overtakes = lead(s, mu, L, rho, eta)
             # Where the region at L = 2 holds, both name the major (and TAKES_OVER says more).
             certified = (depth >= 2) & holds & (code != _fate.LEADS) & (code != _fate.TAKES_OVER)
             code = jnp.where(certified, _fate.LEADS, code)
             winner = jnp.where(certified, leader, winner)
+            # L >= 3: the major's rate is the largest and stays so, and its lead over each
+            # coordinate ahead grows by a fixed share of log u_major's growth, which has no
+            # bound: it takes the lead (docs/theory/regimes.md#takeover-at-every-depth).
+            taking = (depth >= 3) & overtakes & (code != _fate.COLLAPSE)
+            code = jnp.where(taking, _fate.TAKES_OVER, code)
+            winner = jnp.where(taking, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -253,6 +263,16 @@ def _major(mu):
     return jnp.argmax(mu) + 1
 
 
+def _ahead_in_rate(s, mu, L):
+    """Whether the major ``a`` has the largest rate variable, ``x_k < x_a`` for every
+    ``k != a`` (``x_j = mu_j u_j^(L-2)``, compared in logs): the first condition of the
+    take-over at every depth (docs/theory/regimes.md#takeover-at-every-depth)."""
+    a = jnp.argmax(mu)
+    log_x = jnp.log(mu) + (L - 2) * s
+    others = jnp.arange(mu.shape[0]) != a
+    return jnp.all(~others | (log_x < log_x[a]))
+
+
 def _gd_lead(s, mu, L, rho, eta=None):
     """GD's lead certificate at every depth
     (docs/theory/regimes.md#lead-certificates-at-every-depth).
@@ -265,13 +285,18 @@ def _gd_lead(s, mu, L, rho, eta=None):
     lowest, and a coordinate ``w`` with the first ``T_w`` (ties: the smaller mu, whose
     line is lower before ``T_w``), once lowest, stays lowest up to ``T_w`` (two lines cross
     once): the winner is ``argmin T_j``. At L = 2 the region of ``fate`` holds (c = 0).
+
+    Take-over (third value, L >= 3): the step with ``x_k < x_major`` for every other
+    ``k`` (the argument of docs/theory/regimes.md#takeover-at-every-depth with ``c = 0``,
+    ``kappa = 1``); the flow where the winner is the major (its line reaches 0 first, so
+    it is the lowest before it does).
     """
     if eta is not None:
-        return jnp.ones((), bool), _major(mu)
+        return jnp.ones((), bool), _major(mu), (L >= 3) & _ahead_in_rate(s, mu, L)
     key = -(L - 2) * s - jnp.log(mu)  # log T_j + log(L - 2)
     first = key == jnp.min(key)
     winner = jnp.argmin(jnp.where(first, mu, jnp.inf)) + 1
-    return L >= 3, jnp.where(L >= 3, winner, _major(mu))
+    return L >= 3, jnp.where(L >= 3, winner, _major(mu)), (L >= 3) & (winner == _major(mu))
 
 
 def _l2_lead(s, mu, L, rho, eta=None):
@@ -281,8 +306,11 @@ def _l2_lead(s, mu, L, rho, eta=None):
     ``d log u_j/dtau = F(x_j) = x_j (1 - x_j/M)^(L-1)``, increasing on ``[0, M/L]``; and
     ``||m||_2 >= sqrt(L) mu_a u_a^(L-1)`` gives ``x_a <= M/L`` there, so ``F(x_a) >= F(x_j)
     >= 0``: the lead and the bound never break (for the discrete step ``u_j' = u_j (1 + h
-    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Compared in logs."""
-    return s[jnp.argmax(mu)] >= jnp.log(rho) + 0.5 * jnp.log(L), _major(mu)
+    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Take-over (third value, L >=
+    3): the bound strict and ``x_k < x_a`` for every other ``k``, whoever leads
+    (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
+    gap = s[jnp.argmax(mu)] - (jnp.log(rho) + 0.5 * jnp.log(L))
+    return gap >= 0, _major(mu), (L >= 3) & (gap > 0) & _ahead_in_rate(s, mu, L)
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
@@ -301,13 +329,16 @@ def _usam_lead(s, mu, L, rho, eta=None):
       does not rise (flow: its log's rate is at most ``F(x_a) ((L - 2) - (1 - c) L mu_a
       u_a^L)``; step: by the concavity of ``log sigmoid(-z)`` and ``q^L - 1 >= L log q``).
 
-    Compared in logs."""
+    Take-over (third value, L >= 3): (bound) or (fall) with the region's inequality strict,
+    and ``x_k < x_a`` for every other ``k``, whoever leads
+    (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
     a = jnp.argmax(mu)
     log_mu = jnp.log(mu)
     log_L, log_rho = jnp.log(L), jnp.log(rho)
     z = jnp.exp(jax.nn.logsumexp(log_mu + L * s))
     log_c, log_1mc = -jax.nn.softplus(z), -jax.nn.softplus(-z)  # log c, log (1 - c)
-    inside = log_L + log_rho + log_c + log_mu[a] + (L - 2) * s[a] <= 0
+    inside_by = log_L + log_rho + log_c + log_mu[a] + (L - 2) * s[a]
+    inside = inside_by <= 0
     fall = log_1mc + log_L + log_mu[a] + L * s[a] >= jnp.log(jnp.maximum(L - 2, 0.0))
     p = 1 - 2 / L
     top = p
@@ -315,8 +346,10 @@ def _usam_lead(s, mu, L, rho, eta=None):
         top = p * (1 + jnp.exp(-top))
     w = jnp.maximum(jnp.exp(log_mu[a] + L * s[a]), top)
     log_phi = (2 / L) * log_mu[a] + p * jnp.log(jnp.maximum(w, jnp.finfo(s.dtype).tiny))
-    bound = log_L + log_rho + log_phi - jax.nn.softplus(w) <= 0
-    return bound | (inside & fall), _major(mu)
+    bound_by = log_L + log_rho + log_phi - jax.nn.softplus(w)
+    holds = (bound_by <= 0) | (inside & fall)
+    strict = (bound_by < 0) | ((inside_by < 0) & fall)
+    return holds, _major(mu), (L >= 3) & strict & _ahead_in_rate(s, mu, L)
 
 
 def _l2_step_collapse(mu, rho, eta):

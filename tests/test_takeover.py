@@ -149,13 +149,13 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     assert labelled >= 3 and seen_over >= 1, (labelled, seen_over)
 
 
-@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("depth", [2, 3, 4])
 def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map(depth):
     """l2-SAM, uniform alpha 1.914, rho 0.1, eta 0.02: the loss's slope at
-    z = 10 alpha^L (~37 at L = 2, ~70 at L = 3) is below 1e-16, so every float64 step
+    z = 10 alpha^L (~37 at L = 2, ~70 at L = 3, ~134 at L = 4) is below 1e-16, so every float64 step
     rounds back to the start and no leader is ever seen. The exact map (here in 60-digit
     decimals) has the major lead after the first step, inside the certificate's region
-    (L = 2: rho c (a + b) < 1; L = 3: u >= sqrt(3) rho): direct, limit the major."""
+    (L = 2: rho c (a + b) < 1; L >= 3: u >= sqrt(L) rho): direct, limit the major."""
     from decimal import Decimal, getcontext
 
     getcontext().prec = 60
@@ -168,7 +168,7 @@ def test_a_start_whose_steps_underflow_is_labelled_from_the_exact_map(depth):
         if depth == 2:
             assert Decimal(rho) * c * 7 < 1  # the region
         else:
-            assert u[3] >= Decimal(3).sqrt() * Decimal(rho)
+            assert u[3] >= Decimal(depth).sqrt() * Decimal(rho)
         w = [b - Decimal(rho) * c * x for b, x in zip(u, m, strict=True)]
         z = sum(a * x**depth for a, x in zip(mu, w, strict=True))
         h = Decimal(eta) / (1 + z.exp())
