@@ -306,11 +306,42 @@ def _l2_lead(s, mu, L, rho, eta=None):
     ``d log u_j/dtau = F(x_j) = x_j (1 - x_j/M)^(L-1)``, increasing on ``[0, M/L]``; and
     ``||m||_2 >= sqrt(L) mu_a u_a^(L-1)`` gives ``x_a <= M/L`` there, so ``F(x_a) >= F(x_j)
     >= 0``: the lead and the bound never break (for the discrete step ``u_j' = u_j (1 + h
-    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Take-over (third value, L >=
-    3): the bound strict and ``x_k < x_a`` for every other ``k``, whoever leads
+    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Below the bound, at L >= 3,
+    where :func:`_l2_shares_kept` holds. Take-over (third value, L >= 3): the bound strict
+    or :func:`_l2_shares_kept`, and ``x_k < x_a`` for every other ``k``, whoever leads
     (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
     gap = s[jnp.argmax(mu)] - (jnp.log(rho) + 0.5 * jnp.log(L))
-    return gap >= 0, _major(mu), (L >= 3) & (gap > 0) & _ahead_in_rate(s, mu, L)
+    shares = _l2_shares_kept(s, mu, L, rho)
+    ahead = _ahead_in_rate(s, mu, L)
+    return (gap >= 0) | shares, _major(mu), (L >= 3) & ((gap > 0) | shares) & ahead
+
+
+def _l2_shares_kept(s, mu, L, rho):
+    r"""Where l2-SAM's region ``R = L rho c x_a < 1`` is kept for ever below ``u_a =
+    sqrt(L) rho`` (L >= 3; docs/theory/regimes.md#takeover-at-every-depth, *shares*): the
+    major ahead in rate (``q_k = x_k / x_a < 1``), ``R < 1``, and ``sum_{k != a} r_k
+    g(q_k) <= 1 / (L - 1)``, ``r_k = (q_k u_k / u_a)^2``, ``g(q) = 1 - q`` for ``q <=
+    p / (p + 1)``, else ``(p / (q (p + 1)))^p / (p + 1)``, ``p = 2 (L - 1) / (L - 2)``.
+    Compared in logs."""
+    a = jnp.argmax(mu)
+    log_mu = jnp.log(mu)
+    Lp = jnp.maximum(L, 3.0)  # p is finite at L >= 3 only (L = 2 masked below)
+    log_x = log_mu + (Lp - 2) * s
+    log_q = log_x - log_x[a]
+    others = jnp.arange(mu.shape[0]) != a
+    log_R = jnp.log(Lp) + jnp.log(rho) + _l2_log_c(log_mu, s, Lp) + log_x[a]
+    p = 2 * (Lp - 1) / (Lp - 2)
+    q = jnp.exp(jnp.minimum(log_q, 0.0))
+    near = q > p / (p + 1)
+    log_g = jnp.where(
+        near,
+        p * (jnp.log(p) - jnp.log(p + 1) - jnp.minimum(log_q, 0.0)) - jnp.log(p + 1),
+        jnp.log1p(-jnp.where(near, 0.0, q)),
+    )
+    log_r = 2 * (log_q + s - s[a])
+    total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
+    ahead = jnp.all(~others | (log_q < 0))
+    return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
