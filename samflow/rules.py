@@ -210,10 +210,11 @@ def _log_form(
         ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
         fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
         the discrete step only where ``step_collapse`` proves it stays near 0.
-        Even L >= 4, flows: COLLAPSE where ``deep_collapse`` proves it
-        (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS where the rule's
-        ``lead`` certificate holds (docs/theory/regimes.md#lead-certificates-at-every-depth;
-        it excludes both collapse certificates); L >= 3: TAKES_OVER, winner the major,
+        Even L >= 4: COLLAPSE where ``deep_collapse`` proves it, for the flow or the
+        discrete step (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS
+        where the rule's ``lead`` certificate holds
+        (docs/theory/regimes.md#lead-certificates-at-every-depth; it excludes both
+        collapse certificates); L >= 3: TAKES_OVER, winner the major,
         where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
         Otherwise OPEN (a blow-up decides).
         """
@@ -226,8 +227,8 @@ def _log_form(
             shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
         at_two = jnp.where(region, _fate.TAKES_OVER, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
         deep = jnp.zeros((), bool)
-        if deep_collapse is not None and eta is None:
-            deep = (depth >= 4) & (depth % 2 == 0) & deep_collapse(s, mu, L, rho)
+        if deep_collapse is not None:
+            deep = (depth >= 4) & (depth % 2 == 0) & deep_collapse(s, mu, L, rho, eta)
         deeper = jnp.where(deep, _fate.COLLAPSE, _fate.OPEN)
         code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, deeper))
         winner = jnp.argmax(mu) + 1
@@ -396,17 +397,29 @@ def _l2_step_collapse(mu, rho, eta):
     return eta * a * a * (1 + (1 + eta * a) / (2 + eta * a)) < lo
 
 
-def _l2_deep_collapse(s, mu, L, rho):
-    """Where the l2-SAM flow at even ``L >= 4`` provably collapses (derived in
-    docs/theory/regimes.md#collapse-certificates): ``U = max_j u_j < rho mu_min / (sqrt(L)
-    ||mu||_2)``. ``N = ||m||_2 <= sqrt(L) ||mu||_2 U^(L-1)``, so a coordinate at the
-    maximum has ``r = rho mu_j U^(L-2) / N >= rho mu_min / (sqrt(L) ||mu||_2 U) > 1`` and
+def _l2_deep_collapse(s, mu, L, rho, eta=None):
+    """Where l2-SAM at even ``L >= 4`` provably collapses (derived in
+    docs/theory/regimes.md#collapse-certificates). Flow (``eta`` None): ``U = max_j u_j <
+    rho_0 = rho mu_min / (sqrt(L) ||mu||_2)``. ``N = ||m||_2 <= sqrt(L) ||mu||_2 U^(L-1)``,
+    so a coordinate at the maximum has ``r = rho mu_j U^(L-2) / N >= rho_0 / U > 1`` and
     shrinks (``(1 - r)^(L-1) < 0``, L - 1 odd): ``U`` never rises, the bound holds for
     ever, and ``dU/dtau <= -mu_min U^(L-1) (r_0 - 1)^(L-1)`` drives ``U``, hence beta, to
-    0. Compared in logs (``s = log u``)."""
-    return jnp.max(s) < jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(
-        jnp.sum(mu * mu)
-    )
+    0. Discrete step (``eta`` given): ``U`` never leaves ``[0, B]``, ``B = max(U, eta
+    mu_max (rho / sqrt L)^(L-1))``, where ``B < rho_0`` and ``(B / rho_0)^(1/(L-2)) (1 +
+    eta sqrt(L) ||mu||_2 B^(L-1) / rho) <= 1``: a coordinate with ``r_j >= 1`` has ``|u_j'|
+    = |u_j| |1 - a_j|``, ``a_j = h x_j (r_j - 1)^(L-1)``, at most ``|u_j|`` for ``a_j <= 2``
+    and else below ``h mu_j (|u_j| r_j)^(L-1) <= eta mu_max (rho / sqrt L)^(L-1)`` (``|u_j|
+    r_j = rho mu_j |u_j|^(L-1) / N <= rho / sqrt L``); one with ``r_j < 1`` has ``|u_j| <
+    U (U / rho_0)^(1/(L-2))`` and grows by at most ``1 + h N / rho``. Compared in logs
+    (``s = log |u|``)."""
+    log_rho0 = jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(jnp.sum(mu * mu))
+    if eta is None:
+        return jnp.max(s) < log_rho0
+    Lp = jnp.maximum(L, 4.0)  # the step's bound is for L >= 4 (masked by the caller)
+    log_step = jnp.log(eta) + jnp.log(jnp.max(mu)) + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp))
+    log_B = jnp.maximum(jnp.max(s), log_step)
+    grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
+    return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)
 
 
 def _usam_step_collapse(mu, rho, eta):

@@ -390,3 +390,66 @@ def test_discrete_take_overs_hold_50x_longer(depth):
             assert np.all(leads[first:, i] == 4), i
             assert regime == regime_of(path, 4), (i, path, regime)
     assert labelled >= 3 and seen_over >= 1, (labelled, seen_over)
+
+
+@pytest.mark.parametrize("depth", [4, 6])
+def test_a_discrete_collapse_at_even_depth_stays_in_its_ball(depth):
+    """l2-SAM's discrete collapse certificate at even L >= 4
+    (docs/theory/regimes.md#collapse-certificates): from random states it certifies
+    (signs mixed: the map is even in each u_j), a NumPy float64 loop of the balanced step
+    map, eta 0.01 to 2, keeps max_j |u_j| <= B = max(U, eta mu_max (rho / sqrt L)^(L-1))
+    at every one of 3,000 steps (a relative slack of 1e-12: float64 rounding of |u|)."""
+    rng = np.random.default_rng(50 + depth)
+    rho, n = 1.0, 64
+    mu = rng.uniform(0.5, 3.0, size=(n, 4))
+    rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
+    u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
+    u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
+    fired_total = 0
+    for eta in (0.01, 0.3, 2.0):
+        code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, jnp.asarray(eta))
+        fired = np.nonzero(code == fates.COLLAPSE)[0]
+        fired_total += len(fired)
+        m_, u = mu[fired], u0[fired].copy()
+        B = np.maximum(
+            np.max(np.abs(u), axis=1), eta * m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1)
+        )
+        assert np.all(B < rho0[fired])
+        for t in range(3000):
+            m = m_ * u ** (depth - 1)
+            w = u - rho * m / np.sqrt(depth * np.sum(m * m, axis=1, keepdims=True))
+            zt = np.minimum(np.sum(m_ * w**depth, axis=1, keepdims=True), 700.0)
+            u = u + eta / (1.0 + np.exp(zt)) * m_ * w ** (depth - 1)
+            assert np.all(np.max(np.abs(u), axis=1) <= B * (1 + 1e-12)), (eta, t)
+    assert fired_total >= 60, fired_total
+
+
+def test_discrete_collapses_at_depth_4_hold_50x_longer():
+    """The engine's discrete l2-SAM runs at L = 4 (uniform starts, eta 0.05, 200 steps)
+    labelled collapse: a NumPy loop of the map has, at the engine's stop, a state inside
+    the certificate (B < rho_0 and the growth condition, evaluated here in NumPy), and run
+    50x longer never takes max_j |u_j| above that B."""
+    L, steps, eta = 4, 200, 0.05
+    mu = np.asarray(MU)
+    alphas, rhos = np.geomspace(0.01, 0.3, 6), np.array([1.0, 2.0])
+    ds = samflow.sweep(
+        "sam-l2", depth=L, mu=MU, axes={"alpha": alphas, "rho": rhos},
+        runner=samflow.Discrete(eta=eta, steps=steps),
+    )  # fmt: skip
+    i, j = np.nonzero(ds["regime"].values == 1)  # collapse
+    assert len(i) >= 4, len(i)
+    rho = rhos[j][:, None]
+    u = np.repeat(alphas[i][:, None], 4, axis=1)
+    rho0 = rho[:, 0] * mu.min() / np.sqrt(L * np.sum(mu * mu))
+    for t in range(50 * steps):
+        m = mu * u ** (L - 1)
+        w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+        zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+        u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+        if t + 1 == steps:  # the engine's stop: the certificate, in NumPy
+            step = eta * mu.max() * (rho[:, 0] / np.sqrt(L)) ** (L - 1)
+            B = np.maximum(np.max(np.abs(u), axis=1), step)
+            grow = 1 + eta * np.sqrt(L * np.sum(mu * mu)) * B ** (L - 1) / rho[:, 0]
+            assert np.all(B < rho0) and np.all((B / rho0) ** (1 / (L - 2)) * grow <= 1)
+        if t + 1 >= steps:
+            assert np.all(np.max(np.abs(u), axis=1) <= B * (1 + 1e-12)), t
