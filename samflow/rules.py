@@ -279,8 +279,11 @@ def _gd_lead(s, mu, L, rho, eta=None):
     (docs/theory/regimes.md#lead-certificates-at-every-depth).
 
     ``d log u_j/dtau = x_j = mu_j u_j^(L-2)``. Discrete step: ``u_j' = u_j (1 + h x_j)``,
-    ``h > 0``: every factor is at least 1 and ordered as ``x``, so the major, once it
-    leads (``x_major >= x_j``), leads for ever. Flow at L >= 3: the path is closed form,
+    ``h > 0``: every factor is at least 1 and ordered as ``x``, and the order of ``x``
+    follows that of ``u`` (``x_w / x_j = (mu_w / mu_j) (u_w / u_j)^(L-2)``), so the
+    coordinate ``w`` with the largest ``x``, once it leads, leads for ever (the major
+    wherever the major leads, as ``x_major >= x_j`` there; where no one ``x`` is largest,
+    the major's lead still holds). Flow at L >= 3: the path is closed form,
     ``u_j^-(L-2) = u_j(t)^-(L-2) - (L-2) mu_j (tau - t)``, lines in tau that reach 0 at
     ``T_j = u_j^-(L-2) / ((L-2) mu_j)`` (the blow-up of ``u_j``); the leader is the line
     lowest, and a coordinate ``w`` with the first ``T_w`` (ties: the smaller mu, whose
@@ -293,7 +296,13 @@ def _gd_lead(s, mu, L, rho, eta=None):
     it is the lowest before it does).
     """
     if eta is not None:
-        return jnp.ones((), bool), _major(mu), (L >= 3) & _ahead_in_rate(s, mu, L)
+        # The winner: the coordinate with the largest x, where it is the only one (the
+        # major wherever the major leads; else the major, which leads for ever once it leads).
+        log_x = jnp.log(mu) + (L - 2) * s
+        top = jnp.argmax(log_x)
+        only = jnp.sum(log_x == log_x[top]) == 1
+        winner = jnp.where(only, top + 1, _major(mu))
+        return jnp.ones((), bool), winner, (L >= 3) & _ahead_in_rate(s, mu, L)
     key = -(L - 2) * s - jnp.log(mu)  # log T_j + log(L - 2)
     first = key == jnp.min(key)
     winner = jnp.argmin(jnp.where(first, mu, jnp.inf)) + 1

@@ -453,3 +453,29 @@ def test_discrete_collapses_at_depth_4_hold_50x_longer():
             assert np.all(B < rho0) and np.all((B / rho0) ** (1 / (L - 2)) * grow <= 1)
         if t + 1 >= steps:
             assert np.all(np.max(np.abs(u), axis=1) <= B * (1 + 1e-12)), t
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_gd_step_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
+    """GD's step: a minor coordinate that leads and has the largest x_j = mu_j u_j^(L-2)
+    is the certificate's winner, and a NumPy float64 loop of the map (eta 0.05 to 2,
+    3,000 steps, read every step) never takes the lead from it."""
+    rng = np.random.default_rng(70 + depth)
+    n = 32
+    mu = rng.uniform(0.5, 3.0, size=(n, 4))
+    a = np.argmax(mu, axis=1)
+    u = 0.3 * np.exp(rng.uniform(-0.5, 0.0, size=(n, 4)))
+    rows = np.arange(n)
+    k = (a + rng.integers(1, 4, size=n)) % 4
+    # the minor k ahead of the major by more than (mu_a / mu_k)^(1/(L-2)): x_k > x_a
+    room = (mu[rows, a] / mu[rows, k]) ** (1.0 / (depth - 2))
+    u[rows, k] = np.max(u, axis=1) * room * rng.uniform(1.05, 1.5, size=n)
+    s = np.log(u)
+    total = 0
+    for eta in (0.05, 0.5, 2.0):
+        code, winner = _certify(GD, s, mu, depth, 0.0, jnp.asarray(eta))
+        fired = np.nonzero((code == fates.LEADS) & (winner == k + 1))[0]
+        total += len(fired)
+        leads, _ = _map_leaders("gd", mu[fired], u[fired], depth, 0.0, eta, 3000)
+        assert np.all(leads == k[fired][None, :] + 1), eta
+    assert total == 3 * n, total
