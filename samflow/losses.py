@@ -34,7 +34,7 @@ from jax import Array
 
 
 class Loss(ABC):
-    r"""The protocol of a per-point loss ``l(p, y)`` of the prediction \(p\).
+    r"""The protocol of a per-point loss \(l(p, y)\) of the prediction \(p\).
 
     Subclass it as a frozen dataclass (hashable: static under ``jit``).
 
@@ -118,7 +118,7 @@ class MarginLoss(Loss):
 
     @abstractmethod
     def phi(self, z: Array) -> tuple[Array, Array, Array]:
-        r"""\(\phi(z)\), \(\phi'(z) < 0\) and ``phi''(z)``, each of ``z``'s shape."""
+        r"""\(\phi(z)\), \(\phi'(z) < 0\) and \(\phi''(z)\), each of ``z``'s shape."""
 
     def value(self, p: Array, y: Array) -> Array:
         return self.phi(y * p)[0]

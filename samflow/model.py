@@ -228,7 +228,7 @@ class Model:
     branches on which model it is: the paper's (:data:`DEFAULT`) computes with the same
     formulas, and its fast forms are the capabilities its objects declare (the product
     network's Jacobian without division; one point of a margin loss needing no
-    ``l'(z)`` for its ascent direction; closed-form flows, :attr:`closed_forms`).
+    \(l'(z)\) for its ascent direction; closed-form flows, :attr:`closed_forms`).
 
     **Gradient and Hessian (derived here).** With predictions \(p_i = \langle \beta, x_i\rangle\),
     per-point losses \(l_i(p_i)\), \(\mathrm{Loss} = (1/n) \sum_i l_i\), and since \(\beta_j\)
@@ -248,7 +248,7 @@ class Model:
 
     coordinates couple only through the data term \(X^T \operatorname{diag}(l'') X\); the second
     term is block diagonal (an \(L \times L\) block per coordinate). \(G\) and \(B\) of each
-    parametrisation are in its docstring, ``l'`` and ``l''`` of each loss in its.
+    parametrisation are in its docstring, \(l'\) and \(l''\) of each loss in its.
 
     Raises:
         InputError: when made, a parametrisation or loss that is neither a built-in
@@ -347,7 +347,7 @@ class Model:
 
         One point with a loss that is not a margin loss (squared): one reduction, not the
         sum of rows :func:`inner_products` takes for one point. XLA fuses a sum of rows
-        and the cheap residual ``p - y`` into each coordinate's gradient sum and so
+        and the cheap residual \(p - y\) into each coordinate's gradient sum and so
         computes \(p\) d times over (measured: steps 40x slower at n = 8, d = 16, when
         every n took the sum of rows); a reduction is kept apart. The margin losses'
         transcendental derivatives keep \(p\) apart by themselves.
@@ -365,7 +365,7 @@ class Model:
     def grad_and_aux(
         self, theta: Array, problem: Problem, mask: Array | None
     ) -> tuple[Array, DiagAux]:
-        r"""The gradient ``c_j G[l, j]`` (padding rows zero; ``mask`` from
+        r"""The gradient \(c_j G[l, j]\) (padding rows zero; ``mask`` from
         :func:`layer_mask`, or None when no row is padding) and the loss;
         ``lprime_abs`` is \(\lvert l'(z)\rvert\) when time is rescaled (:meth:`rescales`), else 1.
         Explicit, not autodiff: the Jacobian is the parametrisation's own (the product
@@ -384,12 +384,12 @@ class Model:
         return g, DiagAux(loss=sum_rows(value) / n, lprime_abs=rescale)
 
     def ascent_direction(self, theta: Array, problem: Problem, mask: Array | None) -> Array:
-        r"""One point, margin loss: ``-y x_j G[l, j]``, the gradient over \(\lvert l'(z)\rvert\).
+        r"""One point, margin loss: \(-y x_j G[l, j]\), the gradient over \(\lvert l'(z)\rvert\).
 
         With one point the gradient is ``l'(z) y x G`` and \(l'(z) < 0\), so this is a
         positive multiple of it (docs/theory/flows.md#rescaled-flows). A scale-invariant
-        perturbation rule gets the same \(\varepsilon\) from it without evaluating ``l'(z)``: the
-        ascent step costs no sigmoid, and the direction survives where ``l'(z)`` underflows.
+        perturbation rule gets the same \(\varepsilon\) from it without evaluating \(l'(z)\): the
+        ascent step costs no sigmoid, and the direction survives where \(l'(z)\) underflows.
         """
         if problem.X.shape[0] != 1 or not self.loss.margin:
             raise ValueError("ascent_direction needs one data point and a margin loss")

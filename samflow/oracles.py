@@ -22,7 +22,7 @@ gradient flow \(\mathrm{d}(u, v)/\mathrm{d}t = -\nabla_{(u, v)} L\).
 \frac{\mathrm{d}S}{\mathrm{d}t} = -g(\beta).
 \]
 
-\(S\) never overflows where \(u\) and \(v\) would, and ``S(t)`` lies in the row space
+\(S\) never overflows where \(u\) and \(v\) would, and \(S(t)\) lies in the row space
 of \(X\) (\(g\) does). :func:`u2v2_gradient_flow` integrates it.
 """
 
@@ -78,7 +78,7 @@ def woodworth_potential(beta, alpha: float) -> np.ndarray:
 
 
 def min_l2_interpolant(X, y) -> np.ndarray:
-    r"""\(\operatorname{argmin} \lVert \beta\rVert_2\) s.t. \(X \beta = y\): ``X^+ y`` (the kernel
+    r"""\(\operatorname{argmin} \lVert \beta\rVert_2\) s.t. \(X \beta = y\): \(X^+ y\) (the kernel
     regime, alpha -> inf).
 
     Examples:
@@ -157,17 +157,16 @@ def woodworth_interpolant(X, y, alpha: float, *, max_steps: int = 500) -> Interp
     interpolates.
 
     **Why this is the limit** (derived here, module docstring):
-    \(\beta(t) = 2 \alpha^2 \sinh(4 S(t))\) with ``S(t)`` in the row space of ``X``; if the flow
-    converges to an interpolant ``beta_inf``, then \(\beta_\infty = 2 \alpha^2 \sinh(X^T \nu)\) for
-    some \(\nu\) ``[n]`` (\(X^T \nu = 4 S(\infty)\)). ``Q_alpha`` is strictly convex with
+    \(\beta(t) = 2 \alpha^2 \sinh(4 S(t))\) with \(S(t)\) in the row space of \(X\); if the flow
+    converges to an interpolant \(\beta_\infty\), then \(\beta_\infty = 2 \alpha^2 \sinh(X^T \nu)\)
+    for some \(\nu\) ``[n]`` (\(X^T \nu = 4 S(\infty)\)). \(Q_\alpha\) is strictly convex with
     \(\mathrm{d}Q_\alpha/\mathrm{d}\beta_i = q'(\beta_i / \alpha^2) = \operatorname{arcsinh}(\beta_i
-    / (2 \alpha^2))\) (the \(\sqrt{\cdot}\) terms of ``q'`` cancel), so the KKT conditions of ``min
-    Q_alpha`` s.t.
-    \(X \beta = y\) are \(\operatorname{arcsinh}(\beta / (2 \alpha^2)) = X^T \nu\) and
-    \(X \beta = y\): exactly the flow's limit. Neither the constants of the loss (its \(1/(2n)\))
-    nor the time scale enter: only that \(S\) stays in the row space.
+    / (2 \alpha^2))\) (the \(\sqrt{\cdot}\) terms of \(q'\) cancel), so the KKT conditions of
+    \(\min Q_\alpha\) s.t. \(X \beta = y\) are \(\operatorname{arcsinh}(\beta / (2 \alpha^2)) = X^T
+    \nu\) and \(X \beta = y\): exactly the flow's limit. Neither the constants of the loss (its
+    \(1/(2n)\)) nor the time scale enter: only that \(S\) stays in the row space.
 
-    **How it is solved.** The convex conjugate of ``Q_alpha`` is
+    **How it is solved.** The convex conjugate of \(Q_\alpha\) is
     \(Q^*(s) = \sum_i 2 \alpha^2 (\cosh(s_i) - 1)\), so the dual is the smooth, strictly
     convex (``X`` of full row rank) unconstrained problem in \(n\) variables
 

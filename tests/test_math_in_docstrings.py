@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # something, an absolute value |x|.
 ASCII_MATH = re.compile(
     r"\|\|"  # ||beta||_1
-    r"|[\w)]\^[\w(-]"  # alpha^2, u^(L-1), e^-z
+    r"|[\w)]\^[\w(+-]"  # alpha^2, u^(L-1), e^-z, X^+
     r"|_\{"  # mu_{d-1}
     r"|\b[A-Za-z]\w*_\(\w"  # mu_(d)
     r"|(?<![\w.])sqrt\b"  # sqrt 2 (np.sqrt is code)
@@ -125,6 +125,7 @@ def test_the_detector_flags_ascii_math_and_spares_code():
         "``mu_(d) > mu_(d-1)``",
         "Then\n\n    du/dtau = mu u^(L-1)\n\nso",  # a display written as a code block
         "the test error ||beta - beta*||^2",
+        "the pseudo-inverse solution ``X^+ y``",
     ]
     for text in bad:
         assert untypeset_math(text), text

@@ -16,7 +16,7 @@ on which l1 solution the LP returns when there are several; the l2 SVM direction
 marked on the right edge); right: L = 1, \(1 - \cos(\beta, w_{\mathrm{svm}})\); the x axis is
 ``log10 t``. Directional convergence is slow: at L = 2 the margin gap falls more
 slowly than \(1/\log t\) (about \((\log t)^{-1/3}\) here; dash-dotted: \(1/\log t\)), at
-L = 1 ``1 - cos`` like \(1/\log(t)^2\), so the flows run to t = 1e200. The \(t\) at
+L = 1 \(1 - \cos\) like \(1/\log(t)^2\), so the flows run to t = 1e200. The \(t\) at
 which each run first comes within 5% of the l1 margin is in the file's
 ``t_within_5pct``; a discrete run needs \(t / \eta\) steps for the same.
 """
