@@ -94,7 +94,7 @@ def fit(
     data: tuple[Array, Array] | None = None,
     seed: int | None = None,
 ) -> FitResult:
-    """Run ``method`` on ``loss_fn`` from ``params`` with ``runner``'s steps and records.
+    r"""Run ``method`` on ``loss_fn`` from ``params`` with ``runner``'s steps and records.
 
     Args:
         loss_fn: ``params -> []`` scalar loss, differentiable by ``jax.grad``; static
@@ -106,21 +106,21 @@ def fit(
         rho: perturbation radius (required unless the rule has no ascent, as GD).
         runner: a :class:`samflow.runners.Discrete` (steps, ``eta`` and records).
         optimizer: an optax base optimiser to take SAM gradients instead of
-            ``p - eta * g``; then ``runner.eta`` is unused.
+            \(p - \eta \cdot g\); then ``runner.eta`` is unused.
         dtype: ``float64`` or ``float32``: every leaf of ``params`` is cast to it and
             the run computes in it (float64 inside a local ``jax.enable_x64``, as the
             diagonal engine does: :mod:`samflow.precision`). None: the leaves' own
             dtypes, in the process's JAX configuration.
         save_params: also keep the parameters at every record
-            (:attr:`FitResult.saved_params`; memory ``T`` times the parameters').
-        key: the run's PRNG key: a random rule draws step ``t``'s direction with
+            (:attr:`FitResult.saved_params`; memory \(T\) times the parameters').
+        key: the run's PRNG key: a random rule draws step \(t\)'s direction with
             ``fold_in(key, t)``, the stochastic steps their minibatch and label noise
             from it (:func:`samflow.stochastic.draws`); default
             ``jax.random.key(seed)``.
-        data: ``(X, y)``, arrays with a leading axis of ``n`` examples; then
+        data: ``(X, y)``, arrays with a leading axis of \(n\) examples; then
             ``loss_fn(params, X, y)`` is the mean loss over the examples it is given,
-            and the runner's ``batch``, ``m``, ``label_noise`` apply (``y + delta xi``
-            with random signs ``xi`` per example, broadcast over ``y``'s trailing
+            and the runner's ``batch``, ``m``, ``label_noise`` apply (\(y + \delta \xi\)
+            with random signs \(\xi\) per example, broadcast over \(y\)'s trailing
             axes). None: ``loss_fn(params)``, full-batch steps.
         seed: the seed of the default ``key`` (an integer >= 0; default 0); refused
             where nothing is random (no random rule, no stochastic steps).

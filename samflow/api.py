@@ -97,12 +97,12 @@ def trajectory(
     yes: bool = False,
     progress: bool = False,
 ) -> xr.Dataset:
-    """Run one trajectory and classify it.
+    r"""Run one trajectory and classify it.
 
     Args:
         method: a name of :data:`samflow.METHODS` or a :class:`samflow.PerturbationRule`.
         depth: layers L (1..256; ``u2-v2`` and ``uv`` have 2).
-        mu: one data point ``[d]`` (entries > 0, ``y = +1``), or None with ``data``.
+        mu: one data point ``[d]`` (entries > 0, \(y = +1\)), or None with ``data``.
         data: ``(X [n, d], y [n])``: labels in {-1, +1} for a margin loss, real targets
             for the squared loss; or None with ``mu``.
         alpha: the start: every layer alpha (``uv``: u = alpha, v = 0).
@@ -115,12 +115,12 @@ def trajectory(
         classification: the settings of regime classification
             (:class:`samflow.Classification`).
         history: the file's ``history`` line (default: this call).
-        loss: ``logistic``, ``exponential``, ``squared`` (real ``y``) or a
+        loss: ``logistic``, ``exponential``, ``squared`` (real \(y\)) or a
             :class:`samflow.Loss` (docs/theory/models.md#parametrisations-and-losses).
         parametrization: ``product``, ``u2-v2``, ``uv`` or a
             :class:`samflow.Parametrization`.
         beta_star: the ground truth ``[d]``: adds ``test_error(time)`` =
-            ``||beta - beta_star||_2^2``.
+            \(\lVert \beta - \beta^*\rVert_2^2\).
         summaries: the summaries taken at every record (:class:`samflow.Summaries`:
             ``l1_norm``, ``l2_norm``, ``n_active(time)``; with ``sharpness`` the
             Hessian's top eigenvalue ``sharpness(time)`` and ``hessian_trace(time)``);

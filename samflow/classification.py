@@ -16,13 +16,13 @@ from samflow.inputs import fraction
 
 @dataclass(frozen=True)
 class Classification:
-    """The settings of regime classification (hashable: part of a program's key).
+    r"""The settings of regime classification (hashable: part of a program's key).
 
     Attributes:
         collapse_factor: the scale at which a *record* counts as collapsed, in (0, 1):
-            the figures draw records with ``||beta||_1`` below this fraction of
-            ``||beta(0)||_1`` as collapsed (:func:`samflow.plotting.dominant_codes`), and the
-            validity map reads no discrete leader below it. No regime label uses it: a run
+            the figures draw records with \(\lVert \beta\rVert_1\) below this fraction of
+            \(\lVert \beta(0)\rVert_1\) as collapsed (:func:`samflow.plotting.dominant_codes`), and
+            the validity map reads no discrete leader below it. No regime label uses it: a run
             is labelled collapse only by a collapse certificate
             (docs/theory/regimes.md#collapse-certificates), flows and discrete runs alike.
         plateau_fraction: the plateau ends when the loss falls to this fraction of its

@@ -34,13 +34,13 @@ from jax import Array
 
 
 class Loss(ABC):
-    """The protocol of a per-point loss ``l(p, y)`` of the prediction ``p``.
+    r"""The protocol of a per-point loss \(l(p, y)\) of the prediction \(p\).
 
     Subclass it as a frozen dataclass (hashable: static under ``jit``).
 
     Attributes:
         name: what files and the command line call it (the ``loss`` attribute).
-        margin: capability, ``l(p, y) = phi(y p)`` with labels in {-1, +1}
+        margin: capability, \(l(p, y) = \phi(y p)\) with labels in {-1, +1}
             (:class:`MarginLoss`); data are checked for such labels.
         closed_forms: capability, the paper's closed forms hold (module docstring).
 
@@ -72,8 +72,8 @@ class Loss(ABC):
 
     @abstractmethod
     def derivatives(self, p: Array, y: Array) -> tuple[Array, Array, Array]:
-        """``l``, ``dl/dp`` and ``d^2 l/dp^2`` at predictions ``p`` and labels ``y``, each
-        ``[n, *batch]``."""
+        r"""\(l\), \(\mathrm{d}l/\mathrm{d}p\) and \(\mathrm{d}^2 l/\mathrm{d}p^2\) at predictions
+        ``p`` and labels ``y``, each ``[n, *batch]``."""
 
     def value(self, p: Array, y: Array) -> Array:
         """``l(p, y)`` per point, ``[n, *batch]``."""
@@ -81,8 +81,9 @@ class Loss(ABC):
 
 
 class MarginLoss(Loss):
-    """A loss of the margin ``z = y p``, ``y`` in {-1, +1}: ``l = phi(z)``, ``dl/dp = y
-    phi'(z)``, ``d^2 l/dp^2 = y^2 phi''(z) = phi''(z)``. Subclasses write :meth:`phi`.
+    r"""A loss of the margin \(z = y p\), \(y\) in {-1, +1}: \(l = \phi(z)\),
+    \(\mathrm{d}l/\mathrm{d}p = y \phi'(z)\),
+    \(\mathrm{d}^2 l/\mathrm{d}p^2 = y^2 \phi''(z) = \phi''(z)\). Subclasses write :meth:`phi`.
 
     ``phi`` must be decreasing and convex; data run with a margin loss are checked for
     labels in {-1, +1}, and with one point time is rescaled by :meth:`rate`.
@@ -117,7 +118,7 @@ class MarginLoss(Loss):
 
     @abstractmethod
     def phi(self, z: Array) -> tuple[Array, Array, Array]:
-        """``phi(z)``, ``phi'(z) < 0`` and ``phi''(z)``, each of ``z``'s shape."""
+        r"""\(\phi(z)\), \(\phi'(z) < 0\) and \(\phi''(z)\), each of ``z``'s shape."""
 
     def value(self, p: Array, y: Array) -> Array:
         return self.phi(y * p)[0]
@@ -127,7 +128,7 @@ class MarginLoss(Loss):
         return value, y * slope, curve
 
     def rate(self, z: Array) -> Array:
-        """``|phi'(z)|``: the factor by which one point's time is rescaled
+        r"""\(\lvert \phi'(z)\rvert\): the factor by which one point's time is rescaled
         (docs/theory/flows.md#rescaled-flows)."""
         return -self.phi(z)[1]
 

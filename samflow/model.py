@@ -209,39 +209,46 @@ def major_coordinate(problem: Problem) -> int:
 
 @dataclass(frozen=True)
 class Model:
-    """A diagonal linear network: its parametrisation and its loss (hashable, static).
+    r"""A diagonal linear network: its parametrisation and its loss (hashable, static).
 
     Attributes:
         parametrization: a :class:`samflow.Parametrization` (how ``beta`` is made from
-            ``theta``), or the name of a built-in one: ``product`` (``beta = w^(1) ...
-            w^(L)``), ``u2-v2`` (``beta = u^2 - v^2``, rows u, v) or ``uv`` (``beta = u
-            v``) (:mod:`samflow.parametrizations`).
+            \(\theta\)), or the name of a built-in one: ``product``
+            (\(\beta = w^{(1)} \dots w^{(L)}\)), ``u2-v2`` (\(\beta = u^2 - v^2\), rows u, v) or
+            ``uv`` (\(\beta = u v\)) (:mod:`samflow.parametrizations`).
         loss: a :class:`samflow.Loss` of the prediction, or the name of a built-in one:
-            ``logistic`` (``log(1 + e^-z)``), ``exponential`` (``e^-z``) of the margin
-            ``z = y <beta, x>``, or ``squared`` (``(1/2)(<beta, x> - y)^2``)
-            (:mod:`samflow.losses`); the training loss is the mean over the n points.
+            ``logistic`` (\(\log(1 + e^{-z})\)), ``exponential`` (\(e^{-z}\)) of the margin
+            \(z = y \langle \beta, x\rangle\), or ``squared``
+            (\((1/2)(\langle \beta, x\rangle - y)^2\)) (:mod:`samflow.losses`); the training loss is
+            the mean over the n points.
 
     A name is turned into its object here, once: afterwards both fields are objects,
     and ``Model("uv", "squared") == Model(UV, SQUARED)``. Every method takes the
-    batch-last layout of this module (``theta`` ``[L_max, d, *batch]``). Nothing here
+    batch-last layout of this module (\(\theta\) ``[L_max, d, *batch]``). Nothing here
     branches on which model it is: the paper's (:data:`DEFAULT`) computes with the same
     formulas, and its fast forms are the capabilities its objects declare (the product
     network's Jacobian without division; one point of a margin loss needing no
-    ``l'(z)`` for its ascent direction; closed-form flows, :attr:`closed_forms`).
+    \(l'(z)\) for its ascent direction; closed-form flows, :attr:`closed_forms`).
 
-    **Gradient and Hessian (derived here).** With predictions ``p_i = <beta, x_i>``,
-    per-point losses ``l_i(p_i)``, ``Loss = (1/n) sum_i l_i``, and since ``beta_j``
-    depends on column ``theta[:, j]`` only, write ``G[l, j] = d beta_j / d theta[l, j]``
-    (:meth:`jacobian`), ``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``
-    (:meth:`curvature`), ``c_j = (1/n) sum_i l_i'(p_i) x_ij`` (the gradient in beta) and
-    ``A = (1/n) X^T diag(l_i''(p_i)) X`` (the Hessian in beta, ``d x d``). Then
+    **Gradient and Hessian (derived here).** With predictions \(p_i = \langle \beta, x_i\rangle\),
+    per-point losses \(l_i(p_i)\), \(\mathrm{Loss} = (1/n) \sum_i l_i\), and since \(\beta_j\)
+    depends on column ``theta[:, j]`` only, write
+    \(G[l, j] = \partial \beta_j / \partial \theta[l, j]\) (:meth:`jacobian`),
+    \(B[l, k, j] = \partial^2 \beta_j / \partial \theta[l, j] \partial \theta[k, j]\)
+    (:meth:`curvature`), \(c_j = (1/n) \sum_i l_i'(p_i) x_{ij}\) (the gradient in beta) and
+    \(A = (1/n) X^T \operatorname{diag}(l_i''(p_i)) X\) (the Hessian in beta, \(d \times d\)). Then
 
-        dLoss/dtheta[l, j] = c_j G[l, j],
-        d^2 Loss / dtheta[l, j] dtheta[k, m] = G[l, j] A[j, m] G[k, m] + [j = m] c_j B[l, k, j]:
+    \[
+    \begin{gathered}
+    \frac{\partial \mathrm{Loss}}{\partial \theta[l, j]} = c_j G[l, j], \\
+    \frac{\partial^2 \mathrm{Loss}}{\partial \theta[l, j] \, \partial \theta[k, m]}
+    = G[l, j] A[j, m] G[k, m] + [j = m] \, c_j B[l, k, j]:
+    \end{gathered}
+    \]
 
-    coordinates couple only through the data term ``X^T diag(l'') X``; the second term
-    is block diagonal (an ``L x L`` block per coordinate). ``G`` and ``B`` of each
-    parametrisation are in its docstring, ``l'`` and ``l''`` of each loss in its.
+    coordinates couple only through the data term \(X^T \operatorname{diag}(l'') X\); the second
+    term is block diagonal (an \(L \times L\) block per coordinate). \(G\) and \(B\) of each
+    parametrisation are in its docstring, \(l'\) and \(l''\) of each loss in its.
 
     Raises:
         InputError: when made, a parametrisation or loss that is neither a built-in
@@ -327,22 +334,23 @@ class Model:
         return self.parametrization.beta(theta)
 
     def jacobian(self, theta: Array) -> Array:
-        """``G[l, j] = d beta_j / d theta[l, j]``, ``[L_max, d, *batch]``."""
+        r"""\(G[l, j] = \partial \beta_j / \partial \theta[l, j]\), ``[L_max, d, *batch]``."""
         return self.parametrization.jacobian(theta)
 
     def curvature(self, theta: Array) -> Array:
-        """``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``, ``[L, L, d, *batch]``."""
+        r"""\(B[l, k, j] = \partial^2 \beta_j / \partial \theta[l, j] \partial \theta[k, j]\), ``[L,
+        L, d, *batch]``."""
         return self.parametrization.curvature(theta)
 
     def predictions(self, theta: Array, problem: Problem) -> Array:
-        """``p_i = <beta, x_i>``, ``[n, *batch]`` (:func:`inner_products`).
+        r"""\(p_i = \langle \beta, x_i\rangle\), ``[n, *batch]`` (:func:`inner_products`).
 
         One point with a loss that is not a margin loss (squared): one reduction, not the
         sum of rows :func:`inner_products` takes for one point. XLA fuses a sum of rows
-        and the cheap residual ``p - y`` into each coordinate's gradient sum and so
-        computes ``p`` d times over (measured: steps 40x slower at n = 8, d = 16, when
+        and the cheap residual \(p - y\) into each coordinate's gradient sum and so
+        computes \(p\) d times over (measured: steps 40x slower at n = 8, d = 16, when
         every n took the sum of rows); a reduction is kept apart. The margin losses'
-        transcendental derivatives keep ``p`` apart by themselves.
+        transcendental derivatives keep \(p\) apart by themselves.
         """
         b = self.beta(theta)
         if not self.loss.margin and problem.X.shape[0] == 1:
@@ -350,16 +358,16 @@ class Model:
         return inner_products(problem.X, b)
 
     def value(self, theta: Array, problem: Problem) -> Array:
-        """The training loss ``(1/n) sum_i l_i``, ``[*batch]``."""
+        r"""The training loss \((1/n) \sum_i l_i\), ``[*batch]``."""
         p = self.predictions(theta, problem)
         return sum_rows(self.loss.value(p, problem.y)) / p.shape[0]
 
     def grad_and_aux(
         self, theta: Array, problem: Problem, mask: Array | None
     ) -> tuple[Array, DiagAux]:
-        """The gradient ``c_j G[l, j]`` (padding rows zero; ``mask`` from
+        r"""The gradient \(c_j G[l, j]\) (padding rows zero; ``mask`` from
         :func:`layer_mask`, or None when no row is padding) and the loss;
-        ``lprime_abs`` is ``|l'(z)|`` when time is rescaled (:meth:`rescales`), else 1.
+        ``lprime_abs`` is \(\lvert l'(z)\rvert\) when time is rescaled (:meth:`rescales`), else 1.
         Explicit, not autodiff: the Jacobian is the parametrisation's own (the product
         network's by prefix and suffix products, exact where a weight is zero)."""
         p = self.predictions(theta, problem)
@@ -376,12 +384,12 @@ class Model:
         return g, DiagAux(loss=sum_rows(value) / n, lprime_abs=rescale)
 
     def ascent_direction(self, theta: Array, problem: Problem, mask: Array | None) -> Array:
-        """One point, margin loss: ``-y x_j G[l, j]``, the gradient over ``|l'(z)|``.
+        r"""One point, margin loss: \(-y x_j G[l, j]\), the gradient over \(\lvert l'(z)\rvert\).
 
-        With one point the gradient is ``l'(z) y x G`` and ``l'(z) < 0``, so this is a
+        With one point the gradient is ``l'(z) y x G`` and \(l'(z) < 0\), so this is a
         positive multiple of it (docs/theory/flows.md#rescaled-flows). A scale-invariant
-        perturbation rule gets the same ``eps`` from it without evaluating ``l'(z)``: the ascent
-        step costs no sigmoid, and the direction survives where ``l'(z)`` underflows.
+        perturbation rule gets the same \(\varepsilon\) from it without evaluating \(l'(z)\): the
+        ascent step costs no sigmoid, and the direction survives where \(l'(z)\) underflows.
         """
         if problem.X.shape[0] != 1 or not self.loss.margin:
             raise ValueError("ascent_direction needs one data point and a margin loss")
@@ -403,7 +411,7 @@ class Model:
         return value
 
     def underflow(self, theta0: Array) -> Array:
-        """``[*batch]``: whether ``beta(0)`` lost a coordinate to underflow
+        r"""``[*batch]``: whether \(\beta(0)\) lost a coordinate to underflow
         (:meth:`Parametrization.underflow`)."""
         return jnp.any(self.parametrization.underflow(theta0), axis=0)
 
@@ -437,13 +445,13 @@ class Model:
     def sharpness(
         self, theta: Array, problem: Problem, mask: Array | None = None
     ) -> tuple[Array, Array]:
-        """``(lambda_max, trace)`` of the Hessian, each ``[*batch]``.
+        r"""``(lambda_max, trace)`` of the Hessian, each ``[*batch]``.
 
-        ``lambda_max`` is the largest (algebraic) eigenvalue of the ``L_max d x L_max d``
-        matrix, solved to the dtype's precision by :func:`top_eigenvalue`
-        (:data:`samflow.inputs.MAX_HESSIAN` bounds its size). Padding rows add zero
-        eigenvalues, which never exceed ``lambda_max``: the second term of the Hessian
-        has zero trace in every block (``B`` has a zero diagonal for the product and uv,
+        ``lambda_max`` is the largest (algebraic) eigenvalue of the
+        \(L_{\max} d \times L_{\max} d\) matrix, solved to the dtype's precision by
+        :func:`top_eigenvalue` (:data:`samflow.inputs.MAX_HESSIAN` bounds its size). Padding rows
+        add zero eigenvalues, which never exceed ``lambda_max``: the second term of the Hessian
+        has zero trace in every block (\(B\) has a zero diagonal for the product and uv,
         ``diag(2, -2)`` for u2-v2) and the first is positive semidefinite for a convex
         loss, so
         ``lambda_max >= trace / (L d) >= 0`` (derived here).

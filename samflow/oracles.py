@@ -1,25 +1,29 @@
-"""The field's known results on diagonal linear networks, solved without the engine.
+r"""The field's known results on diagonal linear networks, solved without the engine.
 
 NumPy and SciPy only: these are the independent answers the engine's flows are tested
 against (``tests/test_oracles.py``) and that the ``kernel_rich`` and
 ``saddle_to_saddle`` figures draw. The statements and references are in
 docs/theory/oracles.md#oracles.
 
-Setting: regression data ``X`` ``[n, d]`` (``n < d``, full row rank), real ``y``
-``[n]``, the squared loss ``L(beta) = (1/(2n)) ||X beta - y||_2^2``, whose gradient is
-``g(beta) = X^T (X beta - y) / n``, and the signed diagonal network
-``beta = u^2 - v^2`` started at ``u = v = alpha`` (so ``beta(0) = 0``), trained by
-gradient flow ``d(u, v)/dt = -grad_(u, v) L``.
+Setting: regression data \(X\) ``[n, d]`` (\(n < d\), full row rank), real \(y\)
+``[n]``, the squared loss \(L(\beta) = (1/(2n)) \lVert X \beta - y\rVert_2^2\), whose gradient is
+\(g(\beta) = X^T (X \beta - y) / n\), and the signed diagonal network
+\(\beta = u^2 - v^2\) started at \(u = v = \alpha\) (so \(\beta(0) = 0\)), trained by
+gradient flow \(\mathrm{d}(u, v)/\mathrm{d}t = -\nabla_{(u, v)} L\).
 
-**The flow in closed form up to one integral** (derived here). ``dL/du = 2 u g``,
-``dL/dv = -2 v g``, so ``d log u / dt = -2 g`` and ``d log v / dt = 2 g``. With the
-integrated negative gradient ``S(t) = -int_0^t g(beta(t')) dt'`` ``[d]``,
-``u = alpha e^(2 S)``, ``v = alpha e^(-2 S)`` and
+**The flow in closed form up to one integral** (derived here). \(\mathrm{d}L/\mathrm{d}u = 2 u g\),
+\(\mathrm{d}L/\mathrm{d}v = -2 v g\), so \(\mathrm{d} \log u / \mathrm{d}t = -2 g\) and
+\(\mathrm{d} \log v / \mathrm{d}t = 2 g\). With the integrated negative gradient
+\(S(t) = -\int_0^t g(\beta(t')) \,\mathrm{d}t'\) ``[d]``, \(u = \alpha e^{2 S}\),
+\(v = \alpha e^{-2 S}\) and
 
-    beta(t) = alpha^2 (e^(4 S) - e^(-4 S)) = 2 alpha^2 sinh(4 S(t)),   dS/dt = -g(beta).
+\[
+\beta(t) = \alpha^2 (e^{4 S} - e^{-4 S}) = 2 \alpha^2 \sinh(4 S(t)), \qquad
+\frac{\mathrm{d}S}{\mathrm{d}t} = -g(\beta).
+\]
 
-``S`` never overflows where ``u`` and ``v`` would, and ``S(t)`` lies in the row space
-of ``X`` (``g`` does). :func:`u2v2_gradient_flow` integrates it.
+\(S\) never overflows where \(u\) and \(v\) would, and \(S(t)\) lies in the row space
+of \(X\) (\(g\) does). :func:`u2v2_gradient_flow` integrates it.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ def _problem(X, y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def squared_loss(X, y, beta) -> np.ndarray:
-    """``(1/(2n)) ||X beta - y||^2`` for ``beta`` ``[..., d]``.
+    r"""\((1/(2n)) \lVert X \beta - y\rVert^2\) for ``beta`` ``[..., d]``.
 
     Examples:
         >>> from samflow.oracles import squared_loss
@@ -59,8 +63,9 @@ def squared_loss(X, y, beta) -> np.ndarray:
 
 
 def woodworth_potential(beta, alpha: float) -> np.ndarray:
-    """``Q_alpha(beta) = alpha^2 sum_i q(beta_i / alpha^2)``, ``q(z) = 2 - sqrt(4 + z^2) +
-    z arcsinh(z / 2)`` (Woodworth et al. 2020), over the last axis of ``beta``.
+    r"""\(Q_\alpha(\beta) = \alpha^2 \sum_i q(\beta_i / \alpha^2)\),
+    \(q(z) = 2 - \sqrt{4 + z^2} + z \operatorname{arcsinh}(z / 2)\) (Woodworth et al. 2020), over
+    the last axis of ``beta``.
 
     Examples:
         >>> import numpy as np
@@ -73,7 +78,8 @@ def woodworth_potential(beta, alpha: float) -> np.ndarray:
 
 
 def min_l2_interpolant(X, y) -> np.ndarray:
-    """``argmin ||beta||_2`` s.t. ``X beta = y``: ``X^+ y`` (the kernel regime, alpha -> inf).
+    r"""\(\operatorname{argmin} \lVert \beta\rVert_2\) s.t. \(X \beta = y\): \(X^+ y\) (the kernel
+    regime, alpha -> inf).
 
     Examples:
         >>> from samflow.oracles import min_l2_interpolant
@@ -85,10 +91,11 @@ def min_l2_interpolant(X, y) -> np.ndarray:
 
 
 def min_l1_interpolant(X, y) -> np.ndarray:
-    """``argmin ||beta||_1`` s.t. ``X beta = y`` (the rich regime, alpha -> 0).
+    r"""\(\operatorname{argmin} \lVert \beta\rVert_1\) s.t. \(X \beta = y\) (the rich regime, alpha
+    -> 0).
 
-    A linear program in ``beta = p - q``, ``p, q >= 0``: ``min sum(p + q)`` s.t.
-    ``X (p - q) = y`` (HiGHS). For data in general position the solution is unique
+    A linear program in \(\beta = p - q\), \(p, q \ge 0\): \(\min \sum(p + q)\) s.t.
+    \(X (p - q) = y\) (HiGHS). For data in general position the solution is unique
     and has at most n nonzero coordinates.
 
     Examples:
@@ -125,11 +132,11 @@ def _dual_terms(s: np.ndarray, log_c: float) -> tuple[np.ndarray, np.ndarray, np
 
 @dataclass(frozen=True)
 class Interpolant:
-    """Woodworth's interpolant and the certificate it was solved with.
+    r"""Woodworth's interpolant and the certificate it was solved with.
 
-    ``beta`` ``[d]``; ``nu`` ``[n]``, the dual variable: ``beta = 2 alpha^2 sinh(X^T nu)``;
-    ``residual``: ``||X beta - y|| / ||y||`` (primal feasibility; stationarity holds by
-    construction); ``newton_steps``.
+    ``beta`` ``[d]``; ``nu`` ``[n]``, the dual variable: \(\beta = 2 \alpha^2 \sinh(X^T \nu)\);
+    ``residual``: \(\lVert X \beta - y\rVert / \lVert y\rVert\) (primal feasibility; stationarity
+    holds by construction); ``newton_steps``.
 
     Examples:
         >>> from samflow.oracles import woodworth_interpolant
@@ -145,35 +152,38 @@ class Interpolant:
 
 
 def woodworth_interpolant(X, y, alpha: float, *, max_steps: int = 500) -> Interpolant:
-    """``argmin Q_alpha(beta)`` s.t. ``X beta = y`` (Woodworth et al. 2020, Theorem 1):
-    where gradient flow on ``u^2 - v^2`` from ``u = v = alpha`` converges when it
+    r"""\(\operatorname{argmin} Q_\alpha(\beta)\) s.t. \(X \beta = y\) (Woodworth et al. 2020,
+    Theorem 1): where gradient flow on \(u^2 - v^2\) from \(u = v = \alpha\) converges when it
     interpolates.
 
-    **Why this is the limit** (derived here, module docstring): ``beta(t) = 2 alpha^2
-    sinh(4 S(t))`` with ``S(t)`` in the row space of ``X``; if the flow converges to an
-    interpolant ``beta_inf``, then ``beta_inf = 2 alpha^2 sinh(X^T nu)`` for some ``nu``
-    ``[n]`` (``X^T nu = 4 S(inf)``). ``Q_alpha`` is strictly convex with
-    ``dQ_alpha/dbeta_i = q'(beta_i / alpha^2) = arcsinh(beta_i / (2 alpha^2))`` (the
-    ``sqrt`` terms of ``q'`` cancel), so the KKT conditions of ``min Q_alpha`` s.t.
-    ``X beta = y`` are ``arcsinh(beta / (2 alpha^2)) = X^T nu`` and ``X beta = y``:
-    exactly the flow's limit. Neither the constants of the loss (its ``1/(2n)``) nor
-    the time scale enter: only that ``S`` stays in the row space.
+    **Why this is the limit** (derived here, module docstring):
+    \(\beta(t) = 2 \alpha^2 \sinh(4 S(t))\) with \(S(t)\) in the row space of \(X\); if the flow
+    converges to an interpolant \(\beta_\infty\), then \(\beta_\infty = 2 \alpha^2 \sinh(X^T \nu)\)
+    for some \(\nu\) ``[n]`` (\(X^T \nu = 4 S(\infty)\)). \(Q_\alpha\) is strictly convex with
+    \(\mathrm{d}Q_\alpha/\mathrm{d}\beta_i = q'(\beta_i / \alpha^2) = \operatorname{arcsinh}(\beta_i
+    / (2 \alpha^2))\) (the \(\sqrt{\cdot}\) terms of \(q'\) cancel), so the KKT conditions of
+    \(\min Q_\alpha\) s.t. \(X \beta = y\) are \(\operatorname{arcsinh}(\beta / (2 \alpha^2)) = X^T
+    \nu\) and \(X \beta = y\): exactly the flow's limit. Neither the constants of the loss (its
+    \(1/(2n)\)) nor the time scale enter: only that \(S\) stays in the row space.
 
-    **How it is solved.** The convex conjugate of ``Q_alpha`` is
-    ``Q*(s) = sum_i 2 alpha^2 (cosh(s_i) - 1)``, so the dual is the smooth, strictly
-    convex (``X`` of full row rank) unconstrained problem in ``n`` variables
+    **How it is solved.** The convex conjugate of \(Q_\alpha\) is
+    \(Q^*(s) = \sum_i 2 \alpha^2 (\cosh(s_i) - 1)\), so the dual is the smooth, strictly
+    convex (``X`` of full row rank) unconstrained problem in \(n\) variables
 
-        min_nu F(nu) = 2 alpha^2 sum_i (cosh((X^T nu)_i) - 1) - y^T nu,
+    \[
+    \min_\nu F(\nu) = 2 \alpha^2 \sum_i \bigl(\cosh((X^T \nu)_i) - 1\bigr) - y^T \nu,
+    \]
 
-    ``grad F = X beta(nu) - y`` (the interpolation residual), ``hess F = X diag(2 alpha^2
-    cosh(X^T nu)) X^T``. Damped Newton (Armijo backtracking) from ``nu = 0`` converges
-    globally and then quadratically. ``2 alpha^2 cosh(s)`` is evaluated as
-    ``e^(s + log 2 alpha^2) / 2 + e^(-s + log 2 alpha^2) / 2``, so alpha can be as small
-    as the data allow (the solution needs ``|X^T nu| ~ 2 log(1/alpha)``), and
-    ``cosh(s) - 1`` as ``2 sinh(s/2)^2``, so large alpha (tiny ``s``) loses nothing to
-    cancellation. Each step moves ``X^T nu`` by at most ``MAX_DUAL_MOVE`` (from
-    ``nu = 0`` at alpha = 1e-8 that is ~20 steps). Stops when the residual is below
-    ``NEWTON_RTOL ||y||``; raises if it does not get there.
+    \(\nabla F = X \beta(\nu) - y\) (the interpolation residual),
+    \(\nabla^2 F = X \operatorname{diag}(2 \alpha^2 \cosh(X^T \nu)) X^T\). Damped Newton (Armijo
+    backtracking) from \(\nu = 0\) converges globally and then quadratically.
+    \(2 \alpha^2 \cosh(s)\) is evaluated as
+    \(e^{s + \log 2 \alpha^2} / 2 + e^{-s + \log 2 \alpha^2} / 2\), so alpha can be as small as the
+    data allow (the solution needs \(\lvert X^T \nu\rvert \sim 2 \log(1/\alpha)\)), and ``cosh(s) -
+    1`` as \(2 \sinh(s/2)^2\), so large alpha (tiny \(s\)) loses nothing to cancellation. Each step
+    moves \(X^T \nu\) by at most ``MAX_DUAL_MOVE`` (from \(\nu = 0\) at alpha = 1e-8 that is ~20
+    steps). Stops when the residual is below ``NEWTON_RTOL`` \(\cdot \lVert y\rVert\); raises if it
+    does not get there.
 
     Examples:
         Between the rich (min-l1) and the kernel (min-l2) interpolants as alpha grows:
@@ -237,8 +247,9 @@ def woodworth_interpolant(X, y, alpha: float, *, max_steps: int = 500) -> Interp
 
 
 def u2v2_beta(S, alpha: float) -> np.ndarray:
-    """``beta = 2 alpha^2 sinh(4 S)`` for ``S`` ``[..., d]``, as ``sign(S) (e^(4|S| + log
-    alpha^2) - e^(-4|S| + log alpha^2))``: finite wherever beta is, for any alpha > 0.
+    r"""\(\beta = 2 \alpha^2 \sinh(4 S)\) for ``S`` ``[..., d]``, as
+    \(\operatorname{sign}(S) (e^{4\lvert S\rvert + \log \alpha^2} - e^{-4\lvert S\rvert + \log
+    \alpha^2})\): finite wherever beta is, for any alpha > 0.
 
     Examples:
         >>> from samflow.oracles import u2v2_beta
@@ -261,21 +272,22 @@ def u2v2_gradient_flow(
     max_step: float = 1.0,
     events=None,
 ):
-    """Gradient flow on ``u^2 - v^2`` from ``u = v = alpha``, in log space (SciPy).
+    r"""Gradient flow on \(u^2 - v^2\) from \(u = v = \alpha\), in log space (SciPy).
 
-    The state is ``S`` ``[d]`` of the module docstring, ``dS/dt = -g(beta)``,
-    ``beta = 2 alpha^2 sinh(4 S)``, evaluated as ``sign(S) (e^(4|S| + log alpha^2) -
-    e^(-4|S| + log alpha^2))`` so that alpha down to 1e-100 neither underflows nor
-    overflows (``|S|`` is about ``log(1/alpha) / 2`` where a coordinate is active). The
-    Jacobian ``-X^T X diag(8 alpha^2 cosh(4 S)) / n`` is handed to the implicit solver
-    (LSODA), since near an interpolant the field is stiff while the plateaus are long.
-    ``max_step``: on a plateau the field is nearly constant and LSODA's steps grow until
-    one overshoots into overflow (which it reports as success, with NaN): steps are
-    capped, and a non-finite state raises.
+    The state is \(S\) ``[d]`` of the module docstring, \(\mathrm{d}S/\mathrm{d}t = -g(\beta)\),
+    \(\beta = 2 \alpha^2 \sinh(4 S)\), evaluated as
+    \(\operatorname{sign}(S) (e^{4\lvert S\rvert + \log \alpha^2} - e^{-4\lvert S\rvert + \log
+    \alpha^2})\) so that alpha down to 1e-100 neither underflows nor overflows (\(\lvert S\rvert\)
+    is about \(\log(1/\alpha) / 2\) where a coordinate is active). The Jacobian
+    \(-X^T X \operatorname{diag}(8 \alpha^2 \cosh(4 S)) / n\) is handed to the implicit solver
+    (LSODA), since near an interpolant the field is stiff while the plateaus are long. ``max_step``:
+    on a plateau the field is nearly constant and LSODA's steps grow until one overshoots into
+    overflow (which it reports as success, with NaN): steps are capped, and a non-finite state
+    raises.
 
     ``t_eval`` ``[T]`` times to return; ``events`` passed to ``solve_ivp`` (functions of
-    ``(t, S)``; :func:`u2v2_beta` maps ``S`` to beta). Returns the ``solve_ivp`` result
-    with ``beta`` ``[T, d]`` added.
+    ``(t, S)``; :func:`u2v2_beta` maps \(S\) to beta). Returns the ``solve_ivp`` result
+    with \(\beta\) ``[T, d]`` added.
 
     Examples:
         The flow from a small start reaches Woodworth's interpolant:
@@ -322,14 +334,14 @@ def u2v2_gradient_flow(
 
 @dataclass(frozen=True)
 class Saddles:
-    """The limit of the ``u^2 - v^2`` gradient flow as alpha -> 0 (Pesme & Flammarion 2023).
+    r"""The limit of the \(u^2 - v^2\) gradient flow as alpha -> 0 (Pesme & Flammarion 2023).
 
-    ``times`` ``[K + 1]``: jump times in units of ``t / log(1/alpha)``, ``times[0] = 0``;
+    ``times`` ``[K + 1]``: jump times in units of \(t / \log(1/\alpha)\), ``times[0] = 0``;
     ``betas`` ``[K + 1, d]``: the saddle visited after each jump (``betas[0] = 0``, the
     start; the last one interpolates); ``s`` ``[K + 1, d]``: the rescaled integrated
-    gradient at each jump (``|s_i| <= 1``; ``|s_i| = 1`` where a coordinate may be
-    nonzero); ``losses`` ``[K + 1]``: ``L(betas[k])``; ``entering`` ``[K + 1]``: the
-    coordinate (0-based; -1 at the start) whose ``|s_i|`` reached 1 at each jump.
+    gradient at each jump (\(\lvert s_i\rvert \le 1\); \(\lvert s_i\rvert = 1\) where a coordinate
+    may be nonzero); ``losses`` ``[K + 1]``: ``L(betas[k])``; ``entering`` ``[K + 1]``: the
+    coordinate (0-based; -1 at the start) whose \(\lvert s_i\rvert\) reached 1 at each jump.
 
     Examples:
         >>> from samflow.oracles import saddle_to_saddle
@@ -351,31 +363,39 @@ class Saddles:
 
 
 def saddle_to_saddle(X, y, *, max_jumps: int = 200) -> Saddles:
-    """The jump times and saddles of the vanishing-alpha ``u^2 - v^2`` flow (the algorithm
+    r"""The jump times and saddles of the vanishing-alpha \(u^2 - v^2\) flow (the algorithm
     of Pesme & Flammarion 2023, in this module's normalisation).
 
-    **Derivation of the constants** (derived here). With ``S`` of the module docstring
-    and ``|beta_i| = 2 alpha^2 |sinh(4 S_i)| ~ alpha^2 e^(4 |S_i|)``, define the rescaled
-    time ``T = t / log(1/alpha)`` and ``s = 2 S / log(1/alpha)``: then
-    ``|beta_i| ~ alpha^(2 - 2 |s_i|)``, so as alpha -> 0 a coordinate is zero while
-    ``|s_i| < 1`` and can be nonzero only at ``|s_i| = 1``, with the sign of ``s_i``;
-    and ``ds/dT = 2 dS/dt log(1/alpha) / log(1/alpha) = -2 g(beta)``. In the limit
-    ``s`` moves at the constant velocity ``-2 g(beta^k)`` while beta rests on a saddle
-    ``beta^k``, until a free coordinate's ``|s_i|`` reaches 1; then beta jumps (in
-    ``T``-time zero; it takes ``O(1)`` of ``t``) to
+    **Derivation of the constants** (derived here). With \(S\) of the module docstring
+    and \(\lvert \beta_i\rvert = 2 \alpha^2 \lvert \sinh(4 S_i)\rvert \sim \alpha^2 e^{4 \lvert
+    S_i\rvert}\), define the rescaled time \(T = t / \log(1/\alpha)\) and
+    \(s = 2 S / \log(1/\alpha)\): then
+    \(\lvert \beta_i\rvert \sim \alpha^{2 - 2 \lvert s_i\rvert}\), so as alpha -> 0 a coordinate is
+    zero while \(\lvert s_i\rvert < 1\) and can be nonzero only at \(\lvert s_i\rvert = 1\), with
+    the sign of \(s_i\); and
+    \(\mathrm{d}s/\mathrm{d}T = 2 \mathrm{d}S/\mathrm{d}t \log(1/\alpha) / \log(1/\alpha) = -2
+    g(\beta)\). In the limit \(s\) moves at the constant velocity \(-2 g(\beta^k)\) while beta rests
+    on a saddle \(\beta^k\), until a free coordinate's \(\lvert s_i\rvert\) reaches 1; then beta
+    jumps (in \(T\)-time zero; it takes ``O(1)`` of \(t\)) to
 
-        beta^(k+1) = argmin L(beta)  s.t.  beta_i >= 0 where s_i = 1, beta_i <= 0 where
-                     s_i = -1, beta_i = 0 where |s_i| < 1,
+    \[
+    \begin{gathered}
+    \beta^{k+1} = \operatorname{argmin} L(\beta) \quad \text{s.t.} \quad
+    \beta_i \ge 0 \text{ where } s_i = 1, \\
+    \beta_i \le 0 \text{ where } s_i = -1, \quad \beta_i = 0 \text{ where } \lvert s_i\rvert < 1,
+    \end{gathered}
+    \]
 
     a sign-constrained least-squares problem (``scipy.optimize.lsq_linear``, BVLS, an
-    exact active-set method). Its KKT conditions give ``g_i = 0`` where ``beta_i != 0``
-    (those ``s_i`` stay at +-1) and ``s_i g_i >= 0`` on the boundary where ``beta_i = 0``:
-    ``s_i`` is then pushed back inside (a coordinate leaves the support and is free
-    again). The first jump is at ``T_1 = 1 / (2 ||g(0)||_inf) = n / (2 ||X^T y||_inf)``.
-    The run ends at a saddle with ``g = 0`` (with ``n < d`` in general position, an
+    exact active-set method). Its KKT conditions give \(g_i = 0\) where \(\beta_i \ne 0\)
+    (those \(s_i\) stay at +-1) and \(s_i g_i \ge 0\) on the boundary where \(\beta_i = 0\):
+    \(s_i\) is then pushed back inside (a coordinate leaves the support and is free
+    again). The first jump is at
+    \(T_1 = 1 / (2 \lVert g(0)\rVert_\infty) = n / (2 \lVert X^T y\rVert_\infty)\). The run ends at
+    a saddle with \(g = 0\) (with \(n < d\) in general position, an
     interpolant: the minimum-l1 one, by the paper's result and checked in the tests).
 
-    For a loss ``c L`` (another normalisation), every time divides by ``c``. Assumes the
+    For a loss ``c L`` (another normalisation), every time divides by \(c\). Assumes the
     generic case of the paper: one coordinate reaches the boundary at a time and each
     constrained problem has a unique solution (``X`` restricted to the support has full
     column rank).

@@ -1,13 +1,14 @@
-"""Parametrisations of a diagonal linear network, and how to write your own
+r"""Parametrisations of a diagonal linear network, and how to write your own
 (docs/theory/models.md#parametrisations-and-losses).
 
 A parametrisation says how the predictor ``beta`` ``[d]`` is made from the parameters
 ``theta`` ``[rows, d]``, coordinate by coordinate: ``beta_j`` depends on the column
 ``theta[:, j]`` only. That is all the engine needs to know of it: the gradient and
-the Hessian of any loss follow from ``beta``, its Jacobian ``G[l, j] = d beta_j /
-d theta[l, j]`` and its curvature ``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k,
-j]`` (derivation in :class:`samflow.model.Model`). A parametrisation is a frozen,
-hashable :class:`Parametrization` (a static argument of compiled programs); the
+the Hessian of any loss follow from ``beta``, its Jacobian
+\(G[l, j] = \partial \beta_j / \partial \theta[l, j]\) and its curvature
+\(B[l, k, j] = \partial^2 \beta_j / \partial \theta[l, j] \partial \theta[k, j]\) (derivation in
+:class:`samflow.model.Model`). A parametrisation is a frozen, hashable :class:`Parametrization` (a
+static argument of compiled programs); the
 built-in ones are instances, :data:`PRODUCT`, :data:`U2_V2` and :data:`UV`::
 
     @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class LogGradientFlow:
 
 
 class Parametrization(ABC):
-    """The protocol of a parametrisation: ``beta`` of ``theta`` and its derivatives.
+    r"""The protocol of a parametrisation: ``beta`` of \(\theta\) and its derivatives.
 
     Subclass it as a frozen dataclass (hashable: it is static under ``jit``); its
     constructor is where its own options are checked.
@@ -122,7 +123,7 @@ class Parametrization(ABC):
     Attributes:
         name: what files and the command line call it (the ``parametrization``
             attribute of a file).
-        rows: the number of rows of ``theta`` (2 for ``u, v``), or None for a product of
+        rows: the number of rows of \(\theta\) (2 for ``u, v``), or None for a product of
             any number of layers (:attr:`layered`).
         layered: capability, the product network of the paper (module docstring).
         log_gd: capability, the closed form of gradient descent from a balanced start,
@@ -130,10 +131,10 @@ class Parametrization(ABC):
 
     Raises:
         InputError: a subclass's constructor refuses its own bad options, naming the
-            value; :meth:`check_rows` refuses a ``theta`` or depth of another row count.
+            value; :meth:`check_rows` refuses a \(\theta\) or depth of another row count.
 
     Examples:
-        A parametrisation of one's own, ``beta = u * v`` (two rows), with its derivatives:
+        A parametrisation of one's own, \(\beta = u \cdot v\) (two rows), with its derivatives:
 
         >>> from dataclasses import dataclass
         >>> import jax.numpy as jnp
@@ -167,18 +168,18 @@ class Parametrization(ABC):
 
     @abstractmethod
     def jacobian(self, theta: Array) -> Array:
-        """``G[l, j] = d beta_j / d theta[l, j]``, ``[rows, d, *batch]``."""
+        r"""\(G[l, j] = \partial \beta_j / \partial \theta[l, j]\), ``[rows, d, *batch]``."""
 
     @abstractmethod
     def curvature(self, theta: Array) -> Array:
-        """``B[l, k, j] = d^2 beta_j / d theta[l, j] d theta[k, j]``,
+        r"""\(B[l, k, j] = \partial^2 \beta_j / \partial \theta[l, j] \partial \theta[k, j]\),
         ``[rows, rows, d, *batch]``."""
 
     def underflow(self, theta0: Array) -> Array:
-        """``[d, *batch]``: where ``beta(theta0)`` lost a coordinate to underflow (0 from
+        r"""``[d, *batch]``: where ``beta(theta0)`` lost a coordinate to underflow (0 from
         nonzero parameters). This default says where every row is nonzero and ``beta``
-        is 0; a parametrisation whose ``beta`` may be 0 from nonzero rows (``u^2 -
-        v^2``) says more precisely."""
+        is 0; a parametrisation whose ``beta`` may be 0 from nonzero rows (\(u^2 - v^2\)) says more
+        precisely."""
         return (self.beta(theta0) == 0) & jnp.all(theta0 != 0, axis=0)
 
     def start(self, theta0: np.ndarray) -> np.ndarray:
@@ -187,7 +188,7 @@ class Parametrization(ABC):
         return theta0
 
     def check_rows(self, rows: int) -> None:
-        """Refuse (``InputError``) a ``theta`` or a depth of ``rows`` rows."""
+        r"""Refuse (``InputError``) a \(\theta\) or a depth of ``rows`` rows."""
         if rows < 1 or (self.rows is not None and rows != self.rows):
             want = "at least 1" if self.rows is None else f"exactly {self.rows}"
             raise InputError(f"parametrization {self.name} has {want} rows, got {rows}")

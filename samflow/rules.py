@@ -494,12 +494,12 @@ def _linf_fate(u, mu, depth, rho, eta=None):
 
 @dataclass(frozen=True)
 class PerturbationRule:
-    """How the ascent direction ``eps`` is made from the gradient.
+    r"""How the ascent direction \(\varepsilon\) is made from the gradient.
 
     Frozen and hashable: a rule is a static argument of compiled programs (a rule
     made with a lambda compiles once per rule object). Its fields are checked when it
     is made, and what ``direction`` returns when it is first traced (:meth:`perturbed`):
-    an ``eps`` whose pytree structure, leaf shapes or dtypes differ from the gradient's
+    an \(\varepsilon\) whose pytree structure, leaf shapes or dtypes differ from the gradient's
     is refused with an ``InputError``, never broadcast or cast.
 
     Attributes:
@@ -507,11 +507,11 @@ class PerturbationRule:
         direction: ``(g, batch_ndim) -> eps`` over pytrees, or None for no ascent step
             (GD); ``batch_ndim`` trailing axes of every leaf are independent problems
             (norms are per batch element). A zero gradient should give a zero eps.
-            ``eps`` has the structure, shapes and dtypes of ``g``.
-        scale_invariant: ``eps(c g) = eps(g)`` for every ``c > 0``. Then, for one data
-            point, the loss factors out of the dynamics (docs/theory/flows.md#rescaled-flows) and
-            the engine takes ``eps`` from the gradient without its loss factor. False (the
-            safe default) always uses the true gradient.
+            \(\varepsilon\) has the structure, shapes and dtypes of \(g\).
+        scale_invariant: \(\varepsilon(c g) = \varepsilon(g)\) for every \(c > 0\). Then, for one
+            data point, the loss factors out of the dynamics (docs/theory/flows.md#rescaled-flows)
+            and the engine takes \(\varepsilon\) from the gradient without its loss factor. False
+            (the safe default) always uses the true gradient.
         balanced: closed form of the flow from a balanced positive start (or None).
         random: ``direction`` is ``(g, batch_ndim, key, step) -> eps``: it also gets a
             PRNG key of its own for this step and the step's number (from 0). The
@@ -519,9 +519,9 @@ class PerturbationRule:
             :func:`samflow.fit`, the image training); a random rule has no flow.
         layers_alike: the rule declares that it treats the layers of the diagonal
             network alike (equal layer gradients give equal perturbations) and says
-            how: ``(g, n_layers, batch_ndim) -> eps``, with ``g`` ``[d, *batch]`` the
+            how: ``(g, n_layers, batch_ndim) -> eps``, with \(g\) ``[d, *batch]`` the
             gradient of each of ``n_layers`` real layers (an int or ``[*batch]``
-            ints) and ``eps`` that of each layer, of ``g``'s shape and dtype; it must
+            ints) and \(\varepsilon\) that of each layer, of \(g\)'s shape and dtype; it must
             equal what ``direction`` gives each layer of ``(g, ..., g)``. With it,
             discrete runs from equal layers take the balanced step
             (:mod:`samflow.balanced`); None (the default for a rule of yours): always
@@ -532,7 +532,7 @@ class PerturbationRule:
             is not callable, flags that are not booleans, a ``balanced`` that is not a
             :class:`BalancedFlow`, a random rule without a direction or with a closed
             form, ``layers_alike`` on a random rule or one without a direction. When
-            first traced (:meth:`perturbed`): an ``eps`` whose structure, shapes or
+            first traced (:meth:`perturbed`): an \(\varepsilon\) whose structure, shapes or
             dtypes differ from the gradient's.
 
     Examples:
@@ -631,8 +631,8 @@ class PerturbationRule:
         return self.direction is None or self.layers_alike is not None
 
     def perturbed_alike(self, u: Array, g: Array, n_layers, rho, batch_ndim: int = 0) -> Array:
-        """The perturbed layer ``u + rho * eps`` of a network whose real layers all equal
-        ``u`` ``[d, *batch]`` and all have gradient ``g``; ``u`` for GD. Requires
+        r"""The perturbed layer \(u + \rho \cdot \varepsilon\) of a network whose real layers all
+        equal ``u`` ``[d, *batch]`` and all have gradient ``g``; ``u`` for GD. Requires
         :attr:`treats_layers_alike`."""
         if self.direction is None:
             return u
@@ -681,7 +681,7 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
 
 
 GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c, lead=_gd_lead))
-"""Gradient descent: no ascent step (``eps = 0``), so it needs no rho."""
+r"""Gradient descent: no ascent step (\(\varepsilon = 0\)), so it needs no rho."""
 SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
@@ -689,7 +689,7 @@ SAM_L2 = PerturbationRule(
     _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead),
     layers_alike=_l2_alike,
 )
-"""l2-SAM: ``eps = g / ||g||_2`` over every layer (scale invariant)."""
+r"""l2-SAM: \(\varepsilon = g / \lVert g\rVert_2\) over every layer (scale invariant)."""
 SAM_LINF = PerturbationRule(
     "sam-linf",
     _linf_direction,
@@ -697,7 +697,7 @@ SAM_LINF = PerturbationRule(
     BalancedFlow("linf", _linf_field, _linf_fate),
     layers_alike=_linf_alike,
 )
-"""linf-SAM: ``eps = sign(g)`` elementwise (scale invariant)."""
+r"""linf-SAM: \(\varepsilon = \operatorname{sign}(g)\) elementwise (scale invariant)."""
 USAM = PerturbationRule(
     "usam",
     _usam_direction,
@@ -705,7 +705,7 @@ USAM = PerturbationRule(
     _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead),
     layers_alike=_usam_alike,
 )
-"""Unnormalised SAM (USAM), a control: ``eps = g`` (not scale invariant)."""
+r"""Unnormalised SAM (USAM), a control: \(\varepsilon = g\) (not scale invariant)."""
 
 RULES: dict[str, PerturbationRule] = {r.name: r for r in (GD, SAM_L2, SAM_LINF, USAM)}
 METHODS: tuple[str, ...] = tuple(inputs.METHODS)

@@ -146,7 +146,8 @@ def _check_schedule(save, kinds: tuple[type, ...], runner: str):
 @refuse("record_every", "log_records", "record_steps")
 @dataclass(frozen=True)
 class Discrete:
-    """Discrete steps ``theta <- theta - eta * grad Loss(theta + rho eps)``.
+    r"""Discrete steps
+    \(\theta \leftarrow \theta - \eta \cdot \nabla \mathrm{Loss}(\theta + \rho \varepsilon)\).
 
     Attributes:
         eta: step size (> 0).
@@ -159,13 +160,13 @@ class Discrete:
             (docs/theory/stochastic.md#stochastic-steps). None (default): every example, today's
             deterministic step.
         m: m-sharpness: the (mini)batch is cut into groups of ``m`` examples, each
-            group perturbed with its own ``eps_k`` and the descent gradient the mean of
+            group perturbed with its own \(\varepsilon_k\) and the descent gradient the mean of
             the groups' gradients at their perturbed points. None (default): one group
             (the batch, "n-SAM"); 1: "1-SAM". ``m`` must divide the batch.
-        label_noise: ``delta >= 0``: label-noise SGD, each step's labels ``y_i + delta
-            xi_i`` with random signs ``xi_i`` (real labels: the squared loss). 0: none.
-            The random draws of ``batch`` and ``label_noise`` are keyed by the run's
-            seed (:mod:`samflow.stochastic`).
+        label_noise: \(\delta \ge 0\): label-noise SGD, each step's labels \(y_i + \delta \xi_i\)
+            with random signs \(\xi_i\) (real labels: the squared loss). 0: none. The random draws
+            of ``batch`` and ``label_noise`` are keyed by the run's seed
+            (:mod:`samflow.stochastic`).
         step_cap: run to the fate (docs/theory/regimes.md#labels-of-the-limit), the
             counterpart of :attr:`Flow.tau_cap`: a run whose fate is not decided at
             ``steps`` goes on, unrecorded, until a certificate decides it (checked

@@ -24,17 +24,17 @@ NAMES = ("l1_norm", "l2_norm", "n_active", "test_error", "sharpness", "hessian_t
 
 @dataclass(frozen=True)
 class Summaries:
-    """Which summaries a run takes (hashable: part of a program's key).
+    r"""Which summaries a run takes (hashable: part of a program's key).
 
     ``l1_norm``, ``l2_norm`` and ``n_active`` are always taken; the fields add the rest.
     Pass ``summaries=Summaries(sharpness=True)`` to :func:`samflow.trajectory` or
     :func:`samflow.sweep`.
 
     Attributes:
-        test_error: ``||beta - beta*||_2^2``. It needs the ground truth ``beta*``, an
+        test_error: \(\lVert \beta - \beta^*\rVert_2^2\). It needs the ground truth \(\beta^*\), an
             input of the run (``beta_star=``), and is taken whenever that is given.
         sharpness: the top Hessian eigenvalue and the trace.
-        active_threshold: ``n_active`` counts ``|beta_j|`` above it (> 0).
+        active_threshold: ``n_active`` counts \(\lvert \beta_j\rvert\) above it (> 0).
 
     Raises:
         InputError: a flag that is not a bool, or a threshold that is not a number > 0.

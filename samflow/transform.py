@@ -41,13 +41,13 @@ def sam(
     rho: float,
     rule: str | PerturbationRule = "sam-l2",
 ) -> optax.GradientTransformationExtraArgs:
-    """The SAM version of ``base`` for the perturbation ``rule`` at radius ``rho``.
+    r"""The SAM version of ``base`` for the perturbation ``rule`` at radius ``rho``.
 
     ``init(params)`` is ``base.init(params)`` (SAM itself keeps no state).
     ``update(grads, state, params, *, grad_fn, **extra)``:
 
-    - ``grads``: pytree like ``params``, the gradient ``g`` of the loss at ``params``;
-    - ``grad_fn``: ``p -> grads at p`` (``jax.grad(loss)`` for a loss of ``p`` alone; a
+    - ``grads``: pytree like ``params``, the gradient \(g\) of the loss at ``params``;
+    - ``grad_fn``: ``p -> grads at p`` (``jax.grad(loss)`` for a loss of \(p\) alone; a
       minibatch loss must close over the same batch as ``grads``);
     - returns ``base.update(grad_fn(params + rho * eps(g)), state, params, **extra)``:
       ``base`` sees the unperturbed ``params`` (for weight decay) and any other extra
@@ -57,17 +57,17 @@ def sam(
       (:attr:`~samflow.rules.PerturbationRule.random`) needs and other rules ignore.
 
     Why ``base = optax.sgd(eta)`` is exactly :func:`samflow.steps.step`: ``optax.sgd``
-    without momentum is ``scale_by_learning_rate``, stateless, and maps ``u`` to
-    ``(-eta) * u``. Here ``u = grad L(theta + rho * eps(g))`` with the same rule
-    function ``eps`` and the same perturbed point (``rule.perturbed``) as ``step``, so
-    ``optax.apply_updates`` gives ``theta + (-eta) * u``, and ``step`` gives
-    ``theta - eta * u``. In IEEE arithmetic ``(-eta) * u = -(eta * u)`` and
-    ``theta + (-x) = theta - x`` exactly, so the two agree to rounding of the compiled
+    without momentum is ``scale_by_learning_rate``, stateless, and maps \(u\) to
+    \((-\eta) \cdot u\). Here \(u = \nabla L(\theta + \rho \cdot \varepsilon(g))\) with the same
+    rule function \(\varepsilon\) and the same perturbed point (``rule.perturbed``) as ``step``, so
+    ``optax.apply_updates`` gives \(\theta + (-\eta) \cdot u\), and ``step`` gives
+    \(\theta - \eta \cdot u\). In IEEE arithmetic \((-\eta) \cdot u = -(\eta \cdot u)\) and
+    \(\theta + (-x) = \theta - x\) exactly, so the two agree to rounding of the compiled
     program (``tests/test_transform.py`` measures it).
 
     Args:
         base: the optimiser that takes the SAM gradient (``optax.sgd``, ``adam``, ...).
-        rho: perturbation radius, finite and ``>= 0`` (ignored by GD).
+        rho: perturbation radius, finite and \(\ge 0\) (ignored by GD).
         rule: a method name of :data:`samflow.rules.METHODS` or a
             :class:`~samflow.rules.PerturbationRule`.
 

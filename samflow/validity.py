@@ -85,18 +85,18 @@ def validity_map(
     pad_layers: int = 0,
     history: str | None = None,
 ) -> xr.Dataset:
-    """Compare discrete ``method`` with its rescaled flow over the grid (eta, alpha).
+    r"""Compare discrete ``method`` with its rescaled flow over the grid (eta, alpha).
 
     Args:
         method: ``gd``, ``sam-l2``, ``usam`` (``sam-linf`` works; its leader checks
             are noisier).
-        depth, mu, rho: the setting (one point ``x = mu``; ``rho`` None for GD).
+        depth, mu, rho: the setting (one point \(x = \mu\); ``rho`` None for GD).
         alpha: initialisation scales (balanced, uniform), ``[A]``.
         eta: step sizes ``[E]``; every discrete run takes the same number of steps.
         tau_cover: rescaled time the smallest eta must cover (default: 1.5 times the
             flow's last hand-off over alpha, at least ``TAU_COVER_MIN``). Steps: ``2 tau_cover /
-            min(eta)`` (a step buys ``eta |l'(z~)| <= eta / 2`` of tau while the
-            margin is positive), at most ``max_steps``; or ``steps`` given.
+            min(eta)`` (a step buys \(\eta \lvert l'(\tilde{z})\rvert \le \eta / 2\) of tau while
+            the margin is positive), at most ``max_steps``; or ``steps`` given.
         tau_max: the flow's horizon; it runs on to its fate up to
             :attr:`samflow.BoundarySearch.cap_factor` (its default) times ``tau_max``.
         handoff_rtol: relative tolerance of hand-off times (default ``HANDOFF_RTOL``).
@@ -107,7 +107,7 @@ def validity_map(
         history: the file's ``history`` line (default: this call).
 
     Returns:
-        A Dataset over ``(eta, alpha)``: ``<criterion>_agrees`` (int8, 1 / 0 / -1),
+        A Dataset over \((\eta, \alpha)\): ``<criterion>_agrees`` (int8, 1 / 0 / -1),
         ``n_agree`` (criteria that agree), ``discrete_behaviour`` (CF flag masks),
         ``discrete_regime``, ``discrete_limit``, ``tau_reached``, ``gd_edge_index``,
         ``sam_edge_index`` (their maxima along the run), ``sharpness_max``; over
@@ -248,7 +248,7 @@ def _check_discrete(method, kw: dict, eta: float, steps: int, given: str) -> Non
 
 
 def compare(flow: xr.Dataset, disc: xr.Dataset, handoff_rtol: float = HANDOFF_RTOL) -> xr.Dataset:
-    """The four agreements of ``disc`` ``(eta, alpha)`` with ``flow`` ``(alpha)``."""
+    r"""The four agreements of ``disc`` \((\eta, \alpha)\) with ``flow`` \((\alpha)\)."""
     flow_alpha = flow
     flow = xr.Dataset(
         {k: flow[k].expand_dims(eta=disc["eta"]).transpose("eta", "alpha", ...) for k in _FLOW}

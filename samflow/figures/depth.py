@@ -1,14 +1,14 @@
-"""Figure 5: depth. The staircase of the l2-SAM flow at L = 1, 2, 3, 4 side by side.
+r"""Figure 5: depth. The staircase of the l2-SAM flow at L = 1, 2, 3, 4 side by side.
 
 mu = (1, 2, 3, 4), rho = 1, balanced initialisation alpha. Each panel shows the
 dominant coordinate over (alpha, tau) as in figure 2. L = 1: the perturbation does
-not change the gradient, ``beta = alpha + mu tau`` and the major coordinate leads at
+not change the gradient, \(\beta = \alpha + \mu \tau\) and the major coordinate leads at
 once for every alpha. L = 2: collapse, the minor-to-major staircase, direct. L >= 3:
 the flow blows up in finite time (white: after the blow-up; the black curve is the
 measured blow-up time). The strip right of each panel is the coordinate that wins:
-the one that blows up (read at ``tau = (1 - 1e-5) tau*`` from a rerun in time relative
+the one that blows up (read at \(\tau = (1 - 1e-5) \tau^*\) from a rerun in time relative
 to the blow-up, ``_engine.up_to_blowup``), else the leader at the horizon tau = 40.
-Dashed (L >= 2): the closed-form edge ``alpha*(L)`` of
+Dashed (L >= 2): the closed-form edge \(\alpha^*(L)\) of
 docs/theory/balanced.md#direct-edge-any-depth, above which the major coordinate leads from tau = 0+
 (``samflow.theory.l2sam_direct_edge``).
 """

@@ -1,13 +1,13 @@
-"""Figure 6: at depth 1 every method finds the l2 max-margin direction mu / ||mu||.
+r"""Figure 6: at depth 1 every method finds the l2 max-margin direction of mu.
 
 One point x = mu = (1, 2, 3, 4), discrete runs with eta = 0.1 from the unbalanced
 start alpha = (0.4, 0.2, 0.1, 0.05) (minor coordinates large, so the cosine starts
 at 0.51). L = 1 (left): GD, l2-SAM and linf-SAM (rho = 0.25) all turn beta towards
-mu/||mu||: the gradient of a linear model does not depend on w, so the perturbation
-only changes the speed, ``beta = alpha + tau mu`` in rescaled time for all three
+\(\mu/\lVert \mu\rVert\): the gradient of a linear model does not depend on w, so the perturbation
+only changes the speed, \(\beta = \alpha + \tau \mu\) in rescaled time for all three
 (white dotted: that closed form at each run's own tau, a check). L = 2 (right, the
 contrast): l2-SAM turns towards e_4, the l1 max-margin direction (cosine
-4/||mu|| = 0.73), GD too but more slowly, and linf-SAM to e_1 (cosine 0.18): only
+\(4/\lVert \mu\rVert = 0.73\)), GD too but more slowly, and linf-SAM to e_1 (cosine 0.18): only
 alpha_1 starts above rho (docs/theory/balanced.md#balanced-initialisation, the
 initialisation-dependent limit).
 
@@ -16,10 +16,10 @@ points in d = 3 labelled by the teacher (1, -1, 0.5) (seed 0), balanced start al
 the SAM gradient flows (plain time t, records log-spaced from t = 0.01) of GD (l2-SAM
 with rho = 0), l2-SAM and linf-SAM with rho = 0.2 (at rho = 0.5 the linf flow's solver
 runs out of steps, a sign switching). Each is compared with the hard-margin SVM
-direction, the QP ``min ||w||^2`` s.t. ``y_i <x_i, w> >= 1`` solved by SciPy's SLSQP,
-independently of samflow: ``1 - cos(beta, w_svm)`` falls like ``1/log(t)^2`` or
-faster. Horizon t = 1e8 (quick) or 1e30 (full); the final cosines are in the legend
-and in the ``svm_*`` files.
+direction, the QP \(\min \lVert w\rVert^2\) s.t. \(y_i \langle x_i, w\rangle \ge 1\) solved by
+SciPy's SLSQP, independently of samflow: \(1 - \cos(\beta, w_{\mathrm{svm}})\) falls like
+\(1/\log(t)^2\) or faster. Horizon t = 1e8 (quick) or 1e30 (full); the final cosines are in the
+legend and in the ``svm_*`` files.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Figure 9: discrete l2-SAM against its rescaled flow, error against the step size.
+r"""Figure 9: discrete l2-SAM against its rescaled flow, error against the step size.
 
 L = 2, mu = (1, 2, 3, 4), rho = 1, alpha = 0.5. The discrete run reads rescaled time
-``tau_{t+1} = tau_t + eta |l'(z~_t)|`` (docs/theory/flows.md#rescaled-flows); its beta is
-interpolated linearly in tau at ``tau = 0.5`` and compared with the flow there. As eta -> 0 the
-error should fall like eta (slope 1). Right: the trajectories themselves.
+\(\tau_{t+1} = \tau_t + \eta \lvert l'(\tilde{z}_t)\rvert\) (docs/theory/flows.md#rescaled-flows);
+its beta is interpolated linearly in tau at \(\tau = 0.5\) and compared with the flow there. As eta
+-> 0 the error should fall like eta (slope 1). Right: the trajectories themselves.
 """
 
 from __future__ import annotations

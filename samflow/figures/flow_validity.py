@@ -1,4 +1,4 @@
-"""Where the flow stops describing discrete SAM: agreement over (eta, alpha), edges of stability.
+r"""Where the flow stops describing discrete SAM: agreement over (eta, alpha), edges of stability.
 
 One column per setting: l2-SAM at L = 2 and L = 3, and the controls USAM and GD at
 L = 2 (mu = (1, 2, 3, 4), rho = 0.1). Top: how many of the four criteria (regime, leader
@@ -8,7 +8,7 @@ what only the discrete map does (period-2 oscillation, catapult, divergence) and
 step sizes at which each run first meets GD's edge of stability and the method's own.
 Bottom: the largest eta at which each criterion holds, against alpha, with the edges.
 At L = 3 the eta axis is ten times larger: with rho ten times smaller than alpha the
-field's relative rate is ``mu u (1 - r)^2 ~ alpha``, a tenth of the L = 2 one.
+field's relative rate is \(\mu u (1 - r)^2 \sim \alpha\), a tenth of the L = 2 one.
 """
 
 from __future__ import annotations

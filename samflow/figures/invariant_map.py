@@ -1,19 +1,19 @@
-"""Figure 14: the l2-SAM regime edges at L = 2 in invariant coordinates, alpha / rho over
+r"""Figure 14: the l2-SAM regime edges at L = 2 in invariant coordinates, alpha / rho over
 the direction of mu.
 
-Balanced l2-SAM at L = 2 on one point is invariant under ``(u, rho) -> (c u, c rho)``
-and under ``mu -> s mu`` with ``tau -> tau / s`` (docs/theory/balanced.md#scale-invariance, derived
-there and checked in ``tests/test_invariances.py``): the regime depends only on ``alpha / rho``
-and on ``mu / ||mu||``. The (alpha, rho) map of ``phase_l2`` is one-dimensional; this is
-the real phase diagram. Two one-parameter families of directions: ``mu = (1, m)`` in
-d = 2 (left) and ``mu = (1, 1 + s, 1 + 2 s, 1 + 3 s)`` in d = 4 (right; s = 1 is the
-paper's (1, 2, 3, 4)). Markers: the edges that :func:`samflow.boundary` finds
-by bisection (flows to ``tau = 100``, the regime at the horizon) at two radii,
+Balanced l2-SAM at L = 2 on one point is invariant under \((u, \rho) \to (c u, c \rho)\)
+and under \(\mu \to s \mu\) with \(\tau \to \tau / s\) (docs/theory/balanced.md#scale-invariance,
+derived there and checked in ``tests/test_invariances.py``): the regime depends only on
+\(\alpha / \rho\) and on \(\mu / \lVert \mu\rVert\). The (alpha, rho) map of ``phase_l2`` is
+one-dimensional; this is the real phase diagram. Two one-parameter families of directions:
+\(\mu = (1, m)\) in d = 2 (left) and \(\mu = (1, 1 + s, 1 + 2 s, 1 + 3 s)\) in d = 4 (right; s = 1
+is the paper's (1, 2, 3, 4)). Markers: the edges that :func:`samflow.boundary` finds
+by bisection (flows to \(\tau = 100\), the regime at the horizon) at two radii,
 rho = 0.5 (circles) and 2 (crosses), divided by rho: they coincide, as the invariance
-says. Dotted: the exact sequential/direct edge ``(mu_d + mu_{d-1}) / (sqrt(2) ||mu||)``
+says. Dotted: the exact sequential/direct edge \((\mu_d + \mu_{d-1}) / (\sqrt{2} \lVert \mu\rVert)\)
 (docs/theory/balanced.md#direct-edge-depth-2); grey: the instantaneous collapse bound
-``mu_1 / (sqrt(2) ||mu||)`` (docs/theory/balanced.md#balanced-l2-sam), below which collapse is
-proven.
+\(\mu_1 / (\sqrt{2} \lVert \mu\rVert)\) (docs/theory/balanced.md#balanced-l2-sam), below which
+collapse is proven.
 """
 
 from __future__ import annotations

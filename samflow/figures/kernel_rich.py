@@ -1,22 +1,22 @@
-"""Figure 15: kernel and rich regimes. Test error, ||beta||_1 and the final sharpness
-against the initialisation scale alpha, for GD, SGD, n-SAM and 1-SAM on sparse
+r"""Figure 15: kernel and rich regimes. Test error, the l1 norm of beta and the
+final sharpness against the initialisation scale alpha, for GD, SGD, n-SAM and 1-SAM on sparse
 regression, with Woodworth's curve and the l1 / l2 limits.
 
 The problem of Andriushchenko & Flammarion (2022): n = 20 Gaussian points in d = 30,
-``y = X beta*`` with a 3-sparse, nonnegative, unit-norm ``beta*``; the network
-``beta = u^2 - v^2`` from ``u = v = alpha``, the squared loss
-``(1/(2n)) ||X beta - y||^2``. Every method takes the same discrete steps: GD (full
+\(y = X \beta^*\) with a 3-sparse, nonnegative, unit-norm \(\beta^*\); the network
+\(\beta = u^2 - v^2\) from \(u = v = \alpha\), the squared loss
+\((1/(2n)) \lVert X \beta - y\rVert^2\). Every method takes the same discrete steps: GD (full
 batch), SGD (batches of one example, three seeds), n-SAM and 1-SAM (unnormalised
-perturbation ``rho grad``, as in their analysis: method ``usam``; n-SAM one
-perturbation for the whole batch, 1-SAM one per example, ``m = 1``). The step size
-is ``min(ETA, 1 / (8 alpha^2 max_i ||x_i||^2))`` at each alpha, the same for every
-method (stable for one example's Hessian ``8 alpha^2 x_i x_i^T`` in (u, v) at the
-start). Overlaid: Woodworth's interpolant ``argmin Q_alpha`` s.t. ``X beta = y``
+perturbation \(\rho \nabla L\), as in their analysis: method ``usam``; n-SAM one
+perturbation for the whole batch, 1-SAM one per example, \(m = 1\)). The step size
+is \(\min(\texttt{ETA}, 1 / (8 \alpha^2 \max_i \lVert x_i\rVert^2))\) at each alpha, the same for
+every method (stable for one example's Hessian \(8 \alpha^2 x_i x_i^T\) in (u, v) at the
+start). Overlaid: Woodworth's interpolant \(\operatorname{argmin} Q_\alpha\) s.t. \(X \beta = y\)
 (:func:`samflow.oracles.woodworth_interpolant`, where gradient flow converges,
 docs/theory/oracles.md#kernel-and-rich-regimes), the engine's own GD flow (log space, to t = 20000,
 alpha <= 1) on it, and the minimum-l1 and minimum-l2 interpolants (dashed and dotted).
 
-Test error ``||beta - beta*||_2^2`` (the excess risk for isotropic Gaussian inputs,
+Test error \(\lVert \beta - \beta^*\rVert_2^2\) (the excess risk for isotropic Gaussian inputs,
 times 2); sharpness: the top eigenvalue of the training loss's Hessian in (u, v) at the
 last step. Open markers: runs that did not interpolate (final loss above 1e-8).
 """

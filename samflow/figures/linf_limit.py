@@ -1,24 +1,24 @@
-"""Figure 4: the initialisation-dependent limit of linf-SAM (Corollary 3.5), L = 2, 3, 4.
+r"""Figure 4: the initialisation-dependent limit of linf-SAM (Corollary 3.5), L = 2, 3, 4.
 
-Balanced initialisation ``w^(l) = (alpha_1, ..., alpha_d)`` in every layer; the maps
+Balanced initialisation \(w^{(l)} = (\alpha_1, \dots, \alpha_d)\) in every layer; the maps
 (d = 2, mu = (1, 2), rho = 1) show which coordinate beta ends up along. Corollary 3.5
 (docs/theory/balanced.md#balanced-linf-sam, ``samflow.theory.linf_limit_index``): the excess
-``alpha_j - rho`` obeys the GD flow, so coordinates above rho grow (L = 2, like
-``exp(mu_j tau)``) or blow up (L >= 3, at ``tau_j* = (alpha_j - rho)^-(L-2) /
-((L-2) mu_j)``), and the limit is ``e_j*``,
-``j* = argmax{mu_j (alpha_j - rho)^(L-2) : alpha_j > rho}``: the minor coordinate wins
-when only it starts above rho, and at L >= 3 also when it starts far enough above.
-Below rho a coordinate falls to 0 for even L (collapse when all do) and creeps up to
-rho for odd L (a finite limit). Dashed: these predicted boundaries,
-``alpha_2 - rho = (alpha_1 - rho) (mu_1 / mu_2)^(1/(L-2))`` between the two races.
+\(\alpha_j - \rho\) obeys the GD flow, so coordinates above rho grow (L = 2, like
+\(\exp(\mu_j \tau)\)) or blow up (L >= 3, at
+\(\tau_j^* = (\alpha_j - \rho)^{-(L-2)} / ((L-2) \mu_j)\)), and the limit is \(e_j^*\),
+\(j^* = \operatorname{argmax}\{\mu_j (\alpha_j - \rho)^{L-2} : \alpha_j > \rho\}\): the minor
+coordinate wins when only it starts above rho, and at L >= 3 also when it starts far enough above.
+Below rho a coordinate falls to 0 for even L (collapse when all do) and creeps up to rho for odd L
+(a finite limit). Dashed: these predicted boundaries,
+\(\alpha_2 - \rho = (\alpha_1 - \rho) (\mu_1 / \mu_2)^{1/(L-2)}\) between the two races.
 
 Measured: the engine's label of the limit (``limit_coord``;
 docs/theory/regimes.md#labels-of-the-limit), each run taken to its fate (records to tau = 1000): L
 = 2 from the certificate of the excess' signs, a collapse, or the overflow guard; odd L "finite"
-from the certificate (every ``alpha_j <= rho``); L >= 3 otherwise the coordinate leading just
+from the certificate (every \(\alpha_j \le \rho\)); L >= 3 otherwise the coordinate leading just
 before the blow-up (each blow-up rerun in time relative to it, see ``_engine.up_to_blowup``).
 
-Fourth panel: d = 3, mu = (1, 2, 3), random ``alpha`` (log-uniform in [0.2, 5], 96
+Fourth panel: d = 3, mu = (1, 2, 3), random \(\alpha\) (log-uniform in [0.2, 5], 96
 seeds, full 480), L = 2, 3, 4, the engine's limit (``limit_coord``, from the state at
 the blow-up for L >= 3) against the closed form, start by start.
 """

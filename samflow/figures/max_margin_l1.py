@@ -1,24 +1,24 @@
-"""Figure 13: on many points, L = 2 turns beta towards the l1 max-margin direction
+r"""Figure 13: on many points, L = 2 turns beta towards the l1 max-margin direction
 (Theorem 4.2), L = 1 towards the l2 one (Theorem 3.1).
 
 Four random separable data sets, n = 6 Gaussian points in d = 8 labelled by a
 Gaussian teacher (seeds 0-3; with d > n the l1 and l2 max-margin directions differ),
 balanced start alpha = 0.5, gradient flows in plain time t of GD (rho = 0) and l2-SAM
 (rho = 0.5). L = 2 runs on doubled features ``(x, -x)``, so that a positive balanced
-start reaches every sign of ``beta = beta_+ - beta_-`` (the usual ``u^2 - v^2`` model).
+start reaches every sign of \(\beta = \beta_+ - \beta_-\) (the usual \(u^2 - v^2\) model).
 References, solved by SciPy independently of samflow: the l1 max-margin solution
-(``max gamma`` s.t. ``y_i <x_i, beta> >= gamma``, ``||beta||_1 = 1``, a linear program
-for ``linprog``) and the hard-margin SVM direction (L = 1).
+(\(\max \gamma\) s.t. \(y_i \langle x_i, \beta\rangle \ge \gamma\), \(\lVert \beta\rVert_1 = 1\), a
+linear program for ``linprog``) and the hard-margin SVM direction (L = 1).
 
-Left: ``1 - cos(beta, beta_l1)``; middle: the gap of the normalised l1 margin,
-``1 - min_i y_i <x_i, beta> / (||beta||_1 gamma*)`` (it does not depend on which l1
-solution the LP returns when there are several; the l2 SVM direction's gap is
-marked on the right edge); right: L = 1, ``1 - cos(beta, w_svm)``; the x axis is
+Left: \(1 - \cos(\beta, \beta_{\ell_1})\); middle: the gap of the normalised l1 margin,
+\(1 - \min_i y_i \langle x_i, \beta\rangle / (\lVert \beta\rVert_1 \gamma^*)\) (it does not depend
+on which l1 solution the LP returns when there are several; the l2 SVM direction's gap is
+marked on the right edge); right: L = 1, \(1 - \cos(\beta, w_{\mathrm{svm}})\); the x axis is
 ``log10 t``. Directional convergence is slow: at L = 2 the margin gap falls more
-slowly than ``1/log t`` (about ``(log t)^(-1/3)`` here; dash-dotted: ``1/log t``), at
-L = 1 ``1 - cos`` like ``1/log(t)^2``, so the flows run to t = 1e200. The ``t`` at
+slowly than \(1/\log t\) (about \((\log t)^{-1/3}\) here; dash-dotted: \(1/\log t\)), at
+L = 1 \(1 - \cos\) like \(1/\log(t)^2\), so the flows run to t = 1e200. The \(t\) at
 which each run first comes within 5% of the l1 margin is in the file's
-``t_within_5pct``; a discrete run needs ``t / eta`` steps for the same.
+``t_within_5pct``; a discrete run needs \(t / \eta\) steps for the same.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Figure 7 (beyond the paper): does sequential amplification survive many points?
+r"""Figure 7 (beyond the paper): does sequential amplification survive many points?
 
-Random separable data: n points, d = 4, ``x_i = y_i (s * a_i)`` with feature scales
-s = (0.5, 1, 2, 4), ``a_ij ~ U[0.25, 1.75]`` and random labels, so each feature
+Random separable data: n points, d = 4, \(x_i = y_i (s \cdot a_i)\) with feature scales
+s = (0.5, 1, 2, 4), \(a_{ij} \sim U[0.25, 1.75]\) and random labels, so each feature
 separates the data on its own but with a different margin and per-point spread
 (seed 0). Discrete l2-SAM (rho = 1) and GD (rho = 0) at L = 2 with eta = 0.05, in
-plain time ``t = eta * steps`` (for n > 1 the loss does not factor out), from balanced
+plain time \(t = \eta \cdot \text{steps}\) (for n > 1 the loss does not factor out), from balanced
 alpha. Image: the dominant coordinate over (alpha, t), as in figure 2. For large
 alpha the initial margin is already huge, the loss vanishes and nothing moves: the
 rows stay tied (white). Quick build: n = 16; full build: n = 8, 16, 32.

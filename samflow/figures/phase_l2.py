@@ -1,10 +1,11 @@
-"""Figure 1: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it.
+r"""Figure 1: l2-SAM regime map over (alpha, rho) at L = 2, GD beside it.
 
 Drawn over the measured map: the exact sequential/direct edge
-``alpha = rho (mu_d + mu_{d-1}) / (sqrt 2 ||mu||)`` (docs/theory/balanced.md#direct-edge-depth-2),
-and both regime edges as found by :func:`samflow.boundary` (bisection on alpha over the same
-flows, per rho), with the collapse bound ``rho mu_1 / (sqrt 2 ||mu||)`` (every
-coordinate shrinks at tau = 0 below it) for comparison: a bound, not the edge.
+\(\alpha = \rho (\mu_d + \mu_{d-1}) / (\sqrt 2 \lVert \mu\rVert)\)
+(docs/theory/balanced.md#direct-edge-depth-2), and both regime edges as found by
+:func:`samflow.boundary` (bisection on alpha over the same flows, per rho), with the collapse bound
+\(\rho \mu_1 / (\sqrt 2 \lVert \mu\rVert)\) (every coordinate shrinks at tau = 0 below it) for
+comparison: a bound, not the edge.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Figure 12: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
+r"""Figure 12: trajectories of (beta_1, beta_2) for mu = (1, 2): GD, l2-SAM and linf-SAM.
 
-The motivating picture. Balanced flows from 16 starts ``w^(l) = (alpha_1, alpha_2)``
-with ``alpha_j`` in {0.4, 0.7, 1.5, 3.2} (rho = 1), at L = 2 (top) and L = 3 (bottom),
-drawn in the (beta_1, beta_2) plane on log axes (``beta = u^L > 0`` from a positive
+The motivating picture. Balanced flows from 16 starts \(w^{(l)} = (\alpha_1, \alpha_2)\)
+with \(\alpha_j\) in {0.4, 0.7, 1.5, 3.2} (rho = 1), at L = 2 (top) and L = 3 (bottom),
+drawn in the (beta_1, beta_2) plane on log axes (\(\beta = u^L > 0\) from a positive
 balanced start). Each line is coloured and dashed by where it ends, as measured by
 the engine (``limit_coord``, each run taken to its fate; L = 3: the coordinate that
 wins the blow-up race, or a certified finite point); a start is a dot. Lines that run
@@ -11,13 +11,13 @@ to the upper left turn towards e_2 (the major feature), to the lower right towar
 coordinate falling to 0 runs along its edge). Predicted limits, checked start by start
 (panel titles):
 
-- GD: ``e_2`` at L = 2; at L = 3 the earliest blow-up ``tau_j* = 1 / (mu_j alpha_j)``,
-  i.e. Corollary 3.5 with rho = 0, so a large enough ``alpha_1`` makes the minor
+- GD: \(e_2\) at L = 2; at L = 3 the earliest blow-up \(\tau_j^* = 1 / (\mu_j \alpha_j)\),
+  i.e. Corollary 3.5 with rho = 0, so a large enough \(\alpha_1\) makes the minor
   coordinate win.
-- linf-SAM: Corollary 3.5, ``j* = argmax{mu_j (alpha_j - rho)^(L-2) : alpha_j > rho}``;
-  without an ``alpha_j > rho`` beta collapses (L = 2) or tends to the finite point
-  ``rho^L (1, 1)`` (L = 3).
-- l2-SAM: no closed form for the whole picture; at L = 2 the limit is ``e_2`` (the
+- linf-SAM: Corollary 3.5,
+  \(j^* = \operatorname{argmax}\{\mu_j (\alpha_j - \rho)^{L-2} : \alpha_j > \rho\}\); without an
+  \(\alpha_j > \rho\) beta collapses (L = 2) or tends to the finite point \(\rho^L (1, 1)\) (L = 3).
+- l2-SAM: no closed form for the whole picture; at L = 2 the limit is \(e_2\) (the
   l1 max-margin direction of one point, Theorem 4.2) unless beta collapses; at L = 3
   there is no collapse (the field is never negative).
 """

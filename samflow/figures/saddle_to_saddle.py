@@ -1,24 +1,23 @@
-"""Figure 16: saddle to saddle. Gradient flow on u^2 - v^2 (squared loss) against
-t / log(1/alpha), beside the paper's minor-first staircase on the same axes.
+r"""Figure 16: saddle to saddle. Gradient flow on the u2-v2 network (squared loss)
+against \(t / \log(1/\alpha)\), beside the paper's minor-first staircase on the same axes.
 
-Regression data: n = 5 Gaussian points in d = 10, ``y = X beta*`` with a 3-sparse
-``beta*`` (the problem of ``tests/test_oracles.py``, seed 4). GD flows of ``beta = u^2 -
-v^2`` from ``u = v = alpha``, in the engine's log-space formulation, for alpha from
-1e-2 down to 1e-8. As alpha -> 0 the flow rests on saddles of the loss and jumps between
-them at times proportional to ``log(1/alpha)``, coordinates entering the support one at
-a time (Pesme & Flammarion 2023); the jump times ``T_k`` and the saddles come from their
-active-set algorithm, solved independently of the engine
-(:func:`samflow.oracles.saddle_to_saddle`, docs/theory/oracles.md#saddle-to-saddle) and drawn as
-dotted verticals.
+Regression data: n = 5 Gaussian points in d = 10, \(y = X \beta^*\) with a 3-sparse
+\(\beta^*\) (the problem of ``tests/test_oracles.py``, seed 4). GD flows of \(\beta = u^2 - v^2\)
+from \(u = v = \alpha\), in the engine's log-space formulation, for alpha from 1e-2 down to 1e-8. As
+alpha -> 0 the flow rests on saddles of the loss and jumps between them at times proportional to
+\(\log(1/\alpha)\), coordinates entering the support one at a time (Pesme & Flammarion 2023); the
+jump times \(T_k\) and the saddles come from their active-set algorithm, solved independently of the
+engine (:func:`samflow.oracles.saddle_to_saddle`, docs/theory/oracles.md#saddle-to-saddle) and drawn
+as dotted verticals.
 
-(a) ``|beta_j|`` against ``T = t / log(1/alpha)`` at alpha = 1e-8, the algorithm's
+(a) \(\lvert \beta_j\rvert\) against \(T = t / \log(1/\alpha)\) at alpha = 1e-8, the algorithm's
 saddles as black steps; (b) the loss for four alphas, converging to the algorithm's
-staircase; (c) the size of the active set (``n_active``, ``|beta_j| > 1e-3``) over
-(alpha, T): its boundaries turn vertical, at the ``T_k``, as alpha falls; (d) the
-leading coordinate ``argmax_j |beta_j|`` of the paper's l2-SAM flow (product network,
-L = 2, one point mu = (1, 2, 3, 4), rho = 1) against ``tau / log(1/alpha)``: its
-hand-offs do not scale with ``log(1/alpha)`` (at L = 2 the flow depends on
-``alpha / rho`` only, docs/theory/balanced.md#scale-invariance, and collapses as alpha -> 0 at
+staircase; (c) the size of the active set (``n_active``, \(\lvert \beta_j\rvert > 1e-3\)) over
+(alpha, T): its boundaries turn vertical, at the \(T_k\), as alpha falls; (d) the
+leading coordinate \(\operatorname{argmax}_j \lvert \beta_j\rvert\) of the paper's l2-SAM flow
+(product network, L = 2, one point mu = (1, 2, 3, 4), rho = 1) against \(\tau / \log(1/\alpha)\):
+its hand-offs do not scale with \(\log(1/\alpha)\) (at L = 2 the flow depends on
+\(\alpha / \rho\) only, docs/theory/balanced.md#scale-invariance, and collapses as alpha -> 0 at
 fixed rho). The u2-v2 leader is no use here: the first coordinate to enter leads throughout.
 """
 

@@ -1,20 +1,20 @@
-"""Figure 17: 1-SAM against n-SAM against GD on sparse regression (Andriushchenko &
+r"""Figure 17: 1-SAM against n-SAM against GD on sparse regression (Andriushchenko &
 Flammarion 2022), over rho and random problems.
 
 Their claim: on sparse regression with a diagonal network, SAM's implicit bias is
 towards sparser interpolants than GD's, and more so with m-sharpness: 1-SAM (one
 perturbation per example) reaches a sparser interpolant with lower test error than
 n-SAM (one perturbation for the batch), which beats GD, at the same rho. Their
-problem: n = 20 Gaussian points in d = 30, ``y = X beta*``, ``beta*`` 3-sparse,
+problem: n = 20 Gaussian points in d = 30, \(y = X \beta^*\), \(\beta^*\) 3-sparse,
 nonnegative, unit norm (``samflow.figures.kernel_rich.make_problem``, one random
-problem per seed). Here: the networks ``u^2 - v^2`` (from ``u = v = alpha``) and ``uv``
-(their code's: ``u = alpha``, ``v = 0``), alpha = 0.1, the squared loss, full-batch
+problem per seed). Here: the networks \(u^2 - v^2\) (from \(u = v = \alpha\)) and ``uv``
+(their code's: \(u = \alpha\), \(v = 0\)), alpha = 0.1, the squared loss, full-batch
 discrete steps (eta = 0.05) of GD, n-SAM and 1-SAM, with the unnormalised perturbation
-``rho grad`` of their analysis (``usam``) and with l2-SAM's normalised one
+\(\rho \nabla L\) of their analysis (``usam``) and with l2-SAM's normalised one
 (``sam-l2``), over a grid of rho.
 
-Each panel: the mean over the problems of the final test error ``||beta - beta*||^2``
-(left), ``||beta||_1`` (middle) and the final training loss (right; SAM with a
+Each panel: the mean over the problems of the final test error \(\lVert \beta - \beta^*\rVert^2\)
+(left), \(\lVert \beta\rVert_1\) (middle) and the final training loss (right; SAM with a
 normalised perturbation keeps moving at an interpolant, so it need not converge),
 with the minimum-l1 interpolant's values dashed. The table of docs/figures.md is the
 full build's.

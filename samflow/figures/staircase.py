@@ -1,7 +1,7 @@
-"""Figure 2: the staircase. Dominant coordinate over (alpha, tau) for the l2-SAM flow.
+r"""Figure 2: the staircase. Dominant coordinate over (alpha, tau) for the l2-SAM flow.
 
 L = 2, mu = (1, 2, 3, 4), rho = 1. Each row is one initialisation scale alpha; along
-it the colour is the coordinate j with the largest |beta_j| at rescaled time tau.
+it the colour is the coordinate j with the largest \(\lvert \beta_j\rvert\) at rescaled time tau.
 Medium alpha climbs the staircase minor -> major (sequential amplification); small
 alpha collapses (grey); large alpha is led by the major coordinate 4 throughout, as
 GD is for every alpha (right panel: GD is the same program with rho = 0). Dashed:

@@ -1,7 +1,7 @@
-"""Figure 3: feature-amplification timelines, one initialisation scale per regime.
+r"""Figure 3: feature-amplification timelines, one initialisation scale per regime.
 
 l2-SAM flow, L = 2, mu = (1, 2, 3, 4), rho = 1; alpha = 0.3 (collapse), 0.5
-(sequential) and 3 (direct). Top: the shares ``beta_j / ||beta||_1`` against tau;
+(sequential) and 3 (direct). Top: the shares \(\beta_j / \lVert \beta\rVert_1\) against tau;
 bottom: the loss. The dotted line marks the end of the loss plateau
 (``plateau_end_tau``: the first tau with loss <= half its initial value), the dashed
 lines the hand-offs of the dominant coordinate (``takeover_tau``).

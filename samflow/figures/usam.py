@@ -1,22 +1,23 @@
-"""Figure 8 (beyond the paper): USAM against l2-SAM. Is the normalisation the cause?
+r"""Figure 8 (beyond the paper): USAM against l2-SAM. Is the normalisation the cause?
 
 Regime maps over (alpha, rho) of the rescaled flows at L = 2, mu = (1, 2, 3, 4),
-records to tau = 200 as in figure 1. l2-SAM perturbs by ``rho g / ||g||``: at L = 2
-``d log u_j / dtau = mu_j (1 - rho mu_j / N)`` with ``N`` proportional to alpha, so
-only alpha / rho matters (diagonal bands). USAM perturbs by ``rho g``, which carries
-the loss factor ``|l'(z)|`` and is not scale invariant: ``d log u_j / dtau = mu_j (1 -
-rho mu_j sigmoid(-z))`` (derived here), so whether the minor coordinates lead depends
-on rho (and on alpha only through the margin z). Middle: the dominant coordinate
-early on (at tau = 0.1), which shows which coordinate is amplified first; right: the
-number of hand-offs of the dominant coordinate up to tau = 200.
+records to tau = 200 as in figure 1. l2-SAM perturbs by \(\rho g / \lVert g\rVert\): at L = 2
+\(\mathrm{d} \log u_j / \mathrm{d}\tau = \mu_j (1 - \rho \mu_j / N)\) with \(N\) proportional to
+alpha, so only alpha / rho matters (diagonal bands). USAM perturbs by \(\rho g\), which carries
+the loss factor \(\lvert l'(z)\rvert\) and is not scale invariant:
+\(\mathrm{d} \log u_j / \mathrm{d}\tau = \mu_j (1 - \rho \mu_j \operatorname{sigmoid}(-z))\)
+(derived here), so whether the minor coordinates lead depends on rho (and on alpha only through the
+margin z). Middle: the dominant coordinate early on (at tau = 0.1), which shows which coordinate is
+amplified first; right: the number of hand-offs of the dominant coordinate up to tau = 200.
 
-Bottom row, the control (docs/theory/controls.md#normalisation-or-shrinkage): ``eps = g /
-|l'(z)|``, USAM without the loss factor (neither normalised nor shrinking). At L = 2 its relative
-shift ``rho mu_j`` is constant, so ``d log u_j / dtau = mu_j (1 - rho mu_j)`` and the leader,
-``argmax_j mu_j (1 - rho mu_j)``, never changes: minor coordinates can lead (for rho
-above ``1 / (mu_3 + mu_4)``) but there is no hand-off. The hand-offs of l2-SAM and USAM
-come from the shrinking of their perturbation relative to the weights (``1 / ||m||``
-or ``sigmoid(-z)``), not from the normalisation as such.
+Bottom row, the control (docs/theory/controls.md#normalisation-or-shrinkage):
+\(\varepsilon = g / \lvert l'(z)\rvert\), USAM without the loss factor (neither normalised nor
+shrinking). At L = 2 its relative shift \(\rho \mu_j\) is constant, so
+\(\mathrm{d} \log u_j / \mathrm{d}\tau = \mu_j (1 - \rho \mu_j)\) and the leader,
+\(\operatorname{argmax}_j \mu_j (1 - \rho \mu_j)\), never changes: minor coordinates can lead (for
+rho above \(1 / (\mu_3 + \mu_4)\)) but there is no hand-off. The hand-offs of l2-SAM and USAM come
+from the shrinking of their perturbation relative to the weights (\(1 / \lVert m\rVert\) or
+\(\operatorname{sigmoid}(-z)\)), not from the normalisation as such.
 """
 
 from __future__ import annotations

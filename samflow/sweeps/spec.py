@@ -495,12 +495,12 @@ class SweepSpec:
         return self.formulation_of()
 
     def formulation_of(self, theta0: np.ndarray | None = None) -> str | None:
-        """The flow formulation (None for a discrete runner) from the start ``theta0``
+        r"""The flow formulation (None for a discrete runner) from the start ``theta0``
         ``[L, d]``; None: the grid's starts, every one balanced (:meth:`points`).
 
         The one place that decides it, for sweeps and trajectories alike
         (:func:`samflow.flows.formulation_for`): a closed form needs one point with
-        ``x > 0`` (``mu`` always is) and a balanced positive start."""
+        \(x > 0\) (``mu`` always is) and a balanced positive start."""
         if self.mode != "flow":
             return None
         from samflow.flow_config import formulation_for
