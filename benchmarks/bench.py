@@ -803,7 +803,9 @@ def main(argv=None) -> int:
         f"{args.optax_traj} trajectories of the full length and extrapolates.",
         "Roofline: hand-fused C of the balanced L = 2 l2-SAM update (state u only, as the "
         "engine's balanced step, samflow/balanced.py), gcc -O3 "
-        "-march=native -ffast-math -fopenmp, tiles of 256 points in L1.",
+        "-march=native -ffast-math -fopenmp, tiles of 256 points in L1; float32 at d = 4 "
+        "with AVX-512: groups of 64 points whose state stays in registers for all steps "
+        "(intrinsics; benchmarks/roofline.c).",
         "Flows: SciPy times an evenly spaced subset of the grid and extrapolates.",
         "Case 5: one l2-SAM step of the default CNN on 28x28 inputs, minibatch 128 "
         f"({args.cnn_steps} steps per run, a record at both ends for samflow); rate = "
