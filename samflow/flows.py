@@ -75,6 +75,7 @@ from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
 from samflow.flow_config import FlowConfig, formulation_for  # noqa: F401 (its callers import it here)
+from samflow.layout import max_rows, min_rows
 from samflow.model import DEFAULT, Model, Problem, inner_products, layer_mask, weighted_points
 from samflow.regimes import LeaderPath, path_enter, path_start, top
 from samflow.rules import PerturbationRule
@@ -372,37 +373,87 @@ def advance_path(
     leader at ``t1``, as does one whose envelope disagrees with ``l1`` in the last bit.
     """
     d = l0.shape[0]
+    small = d <= UNROLL_PATH
     slope = l1 - l0
-    finite = jnp.all(jnp.isfinite(l0) & jnp.isfinite(l1))
+    both = jnp.isfinite(l0) & jnp.isfinite(l1)
+    finite = min_rows(both) if small else jnp.all(both)
+
+    def take(v, i):
+        """``v[i]`` (``i`` an index or an array of them): for a few coordinates as a
+        chain of selects, which fuse with the arithmetic around them (a gather is a
+        kernel of its own, and this runs in every solver step)."""
+        if not small:
+            return v[i]
+        out = jnp.broadcast_to(v[0], jnp.shape(i))
+        for k in range(1, d):
+            out = jnp.where(i == k, v[k], out)
+        return out
+
+    def first_min(v):
+        """``jnp.argmin(v)`` of a ``v`` without NaN (the first smallest entry), and that
+        entry; for a few coordinates as a running minimum."""
+        if not small:
+            i = jnp.argmin(v)
+            return i, v[i]
+        best, index = v[0], jnp.zeros((), jnp.int32)
+        for k in range(1, d):
+            smaller = v[k] < best
+            best, index = jnp.where(smaller, v[k], best), jnp.where(smaller, k, index)
+        return index, best
 
     def cross(carry, _):
         lead, s = carry
         a = jnp.maximum(lead - 1, 0)
-        gain = slope - slope[a]
-        at = jnp.where(gain > 0, (l0[a] - l0) / jnp.where(gain > 0, gain, 1.0), jnp.inf)
-        at = jnp.where((at >= s) & (lead > 0) & finite, at, jnp.inf)
-        j = jnp.argmin(at)
-        hit = at[j] <= 1
+        gain = slope - take(slope, a)
+        at = jnp.where(gain > 0, (take(l0, a) - l0) / jnp.where(gain > 0, gain, 1.0), jnp.inf)
+        at = jnp.where((at >= s) & (lead > 0) & finite, at, jnp.inf)  # no NaN left
+        j, at_j = first_min(at)
+        hit = at_j <= 1
         new = jnp.where(hit, j + 1, 0).astype(jnp.int32)
-        x = jnp.where(hit, at[j], s)
+        x = jnp.where(hit, at_j, s)
         return (jnp.where(hit, new, lead), x), (new, a, j, s, x)
 
     # First the envelope's crossings (cheap, one after another), then every crossing
-    # refined at once, then the path. Written out for a few coordinates: a loop in
-    # every solver step costs more than its d - 1 small bodies.
+    # refined at once, then the path. Written out for a few coordinates, with selects
+    # for the indexing: a loop in every solver step costs more than its d - 1 small
+    # bodies, and every gather, reduction or stacking a kernel of its own.
     carry = (path.lead, jnp.zeros((), l0.dtype))
-    _, (new, a, j, lo, x) = jax.lax.scan(cross, carry, None, length=d - 1, unroll=d <= UNROLL_PATH)
-    if r0 is not None and r1 is not None:
+    if small:
+        steps = []
+        for _ in range(d - 1):
+            carry, out = cross(carry, None)
+            steps.append(out)
+        new, a, j, lo, x = (list(v) for v in zip(*steps, strict=True)) if steps else [[]] * 5
+    else:
+        _, (new, a, j, lo, x) = jax.lax.scan(cross, carry, None, length=d - 1)
+    if r0 is not None and r1 is not None and d > 1:
         h = t1 - t0
 
         def refine():
-            refined = _hermite_crossing(
-                l0[j] - l0[a], l1[j] - l1[a], h * (r0[j] - r0[a]), h * (r1[j] - r1[a]), x, lo
-            )
-            return jax.lax.cummax(jnp.where(new > 0, refined, 0.0))
+            if not small:
+                refined = _hermite_crossing(
+                    l0[j] - l0[a], l1[j] - l1[a], h * (r0[j] - r0[a]), h * (r1[j] - r1[a]), x, lo
+                )
+                return jax.lax.cummax(jnp.where(new > 0, refined, 0.0))
+            out, top_x = [], None
+            for k in range(d - 1):
+                jk, ak = j[k], a[k]
+                refined = _hermite_crossing(
+                    take(l0, jk) - take(l0, ak),
+                    take(l1, jk) - take(l1, ak),
+                    h * (take(r0, jk) - take(r0, ak)),
+                    h * (take(r1, jk) - take(r1, ak)),
+                    x[k],
+                    lo[k],
+                )
+                refined = jnp.where(new[k] > 0, refined, 0.0)
+                top_x = refined if top_x is None else jnp.maximum(top_x, refined)  # cummax
+                out.append(top_x)
+            return out
 
         # Most steps hand nothing over: a vmapped solve refines only where one does.
-        x = jax.lax.cond(eqxi.unvmap_any(jnp.any(new > 0)), refine, lambda: x)
+        crossed = max_rows(jnp.stack(new) > 0) if small else jnp.any(new > 0)
+        x = jax.lax.cond(eqxi.unvmap_any(crossed), refine, lambda: x)
     for k in range(d - 1):
         path = path_enter(path, new[k], t0 + x[k] * (t1 - t0), -1, major)
     return path_enter(path, jnp.where(finite, top(l1), 0), t1, -1, major)
