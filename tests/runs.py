@@ -25,6 +25,14 @@ from samflow.runners import Discrete, Every, Flow, LogSpaced
 _simulate = jax.jit(simulate, static_argnames=("rule", "save_theta"))
 _integrate = jax.jit(integrate, static_argnames=("rule", "config"))
 
+SAVE_SLOTS = 128
+"""Every save grid of :func:`solve_flow` up to this many times is padded to it (the last
+time repeated, as the engine pads its record grids) and the records cut back after the
+solve: a compiled program serves every grid length of its rule and settings, instead of
+one compile (about 10 s of CPU) per length. The saves do not steer the solve (diffrax
+interpolates them inside the accepted steps), so the real records are those of the
+unpadded grid."""
+
 
 def record_schedule(steps: int, every: int | None = None, n_log: int | None = None):
     return Discrete(steps=steps, save=Every(every) if n_log is None else LogSpaced(n_log)).times()
@@ -80,17 +88,25 @@ def solve_flow(
     X = np.asarray(problem.X)
     positive = X.shape[0] == 1 and bool(np.all(X > 0))
     form = formulation_for(rule, formulation, positive, is_balanced(theta0, depth))
+    save_tau = np.asarray(save_tau)
+    n = save_tau.shape[0]
+    padded = np.concatenate([save_tau, np.full(max(SAVE_SLOTS - n, 0), save_tau[-1])])
     with precision(dtype) as dt:
         sol = _integrate(
             jnp.asarray(theta0, dt),
             _problem(problem, dt),
             depth,
             jnp.asarray(rho, dt),
-            jnp.asarray(save_tau, dt),
+            jnp.asarray(padded, dt),
             rule=rule,
             config=FlowConfig.of(runner, form, dt),
         )
-        return jax.tree_util.tree_map(np.asarray, sol)
+        sol = jax.tree_util.tree_map(np.asarray, sol)
+    # the records of the real save times (the scalars and the leader path do not depend
+    # on the padding: the repeated times add records at the horizon only)
+    return sol._replace(
+        **{k: getattr(sol, k)[:n] for k in ("tau", "beta", "loss", "theta", "valid")}
+    )
 
 
 def write_mnist_test_split(folder: Path, images: np.ndarray, labels: np.ndarray) -> Path:
