@@ -264,6 +264,9 @@ def _titles(src: str) -> dict[str | None, str]:
             titles[None] = plain
         slug = anchor or re.sub(r"[^\w\- ]", "", plain.lower()).strip().replace(" ", "-")
         titles.setdefault(slug, plain)
+    # Paragraph sections: an anchor of its own before a bold title (docs/theory/regimes.md)
+    for anchor, title in re.findall(r'^<a id="([\w-]+)"></a>\s*\n\*\*(.+?)\*\*', text, flags=re.M):
+        titles.setdefault(anchor, title.replace("`", ""))
     return titles
 
 
