@@ -350,7 +350,7 @@ def _l2_shares_kept(s, mu, L, rho):
     )
     log_r = 2 * (log_q + s - s[a])
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
-    ahead = jnp.all(~others | (log_q < 0))
+    ahead = _ahead_in_rate(s, mu, Lp)
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
 
 
