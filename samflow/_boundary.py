@@ -22,9 +22,10 @@ nothing.
 Edges lie between labels of the limit only (docs/theory/regimes.md#labels-of-the-limit): a
 flow runner without ``tau_cap`` is run to its fate up to
 :attr:`BoundarySearch.cap_factor` times its horizon (``tau_cap`` is written to the
-file), a discrete one without ``step_cap`` up to that many times its steps
-(``step_cap``), and a bracket is a pair of consecutive *decided* scan alphas (neither failed nor
-unresolved) whose indicators differ. An edge that moved with the horizon is therefore not
+file), a discrete one without ``step_cap`` up to
+:attr:`BoundarySearch.step_cap_factor` times its steps (``step_cap``), and a bracket
+is a pair of consecutive *decided* scan alphas (neither failed nor unresolved) whose
+indicators differ. An edge that moved with the horizon is therefore not
 reported: at L = 3 the lower "direct edge" near alpha = 2e-3 of a run stopped at tau = 200
 is gone once the runs below it are taken to their blow-up.
 
@@ -96,8 +97,12 @@ class BoundarySearch:
         rtol_alpha: relative tolerance of each edge found (at least
             :data:`MIN_RTOL_ALPHA`, below 1).
         cap_factor: a flow runner without ``tau_cap`` runs to its fate up to this many
-            times its ``tau_max``, a discrete one without ``step_cap`` up to this many
-            times its ``steps`` (> 1).
+            times its ``tau_max`` (> 1). The default, 1e4, reaches the fates of runs that
+            linger near a fixed point (l2-SAM at L = 4 just above the collapse edge decides
+            at tau of order 1e5 to 1e6); an undecided flow costs solver steps, not tau.
+        step_cap_factor: a discrete runner without ``step_cap`` runs to its fate up to
+            this many times its ``steps`` (> 1; at most ``MAX_STEPS`` steps); each step
+            costs the same, so this default is lower (100).
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
@@ -113,7 +118,8 @@ class BoundarySearch:
     alpha_range: tuple[float, float] = (1e-3, 1e3)
     scan_points: int | None = None
     rtol_alpha: float = 1e-6
-    cap_factor: float = 100.0
+    cap_factor: float = 1e4
+    step_cap_factor: float = 100.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -134,10 +140,12 @@ class BoundarySearch:
         if self.scan_points is not None:
             points = inputs.integer("scan-points", self.scan_points, 2, MAX_SCAN_POINTS)
             set_(self, "scan_points", points)
-        cap = inputs.positive("cap-factor", self.cap_factor)
-        if cap <= 1:
-            raise InputError(f"cap-factor must exceed 1, got {cap}")
-        set_(self, "cap_factor", cap)
+        for name in ("cap_factor", "step_cap_factor"):
+            flag = name.replace("_", "-")
+            cap = inputs.positive(flag, getattr(self, name))
+            if cap <= 1:
+                raise InputError(f"{flag} must exceed 1, got {cap}")
+            set_(self, name, cap)
 
     def n_scan(self) -> int:
         """How many alphas the scan runs.
@@ -182,7 +190,7 @@ def boundary(
         rho: SAM radius where no axis sets it.
         runner: :class:`samflow.Discrete` or :class:`samflow.Flow` (a flow without
             ``tau_cap`` runs to its fate up to ``search.cap_factor`` times ``tau_max``,
-            a discrete runner without ``step_cap`` up to ``search.cap_factor`` times
+            a discrete runner without ``step_cap`` up to ``search.step_cap_factor`` times
             ``steps``).
         mu_set: the rows ``[k, d]`` a ``mu`` axis indexes.
         search: the scan and the bisection (:class:`samflow.BoundarySearch`): the range
@@ -229,7 +237,7 @@ def boundary(
         runner = replace(runner, tau_cap=search.cap_factor * runner.tau_max)
     if isinstance(runner, Discrete) and runner.step_cap is None:
         runner = replace(
-            runner, step_cap=min(MAX_STEPS - 1, round(search.cap_factor * runner.steps))
+            runner, step_cap=min(MAX_STEPS - 1, round(search.step_cap_factor * runner.steps))
         )
     spec = SweepSpec.from_inputs(
         method,

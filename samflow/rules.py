@@ -423,12 +423,36 @@ def _l2_deep_collapse(s, mu, L, rho, eta=None):
     (``s = log |u|``)."""
     log_rho0 = jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(jnp.sum(mu * mu))
     if eta is None:
-        return jnp.max(s) < log_rho0
+        return (jnp.max(s) < log_rho0) | _l2_shrinking_below_fixed_point(s, mu, L, rho)
     Lp = jnp.maximum(L, 4.0)  # the step's bound is for L >= 4 (masked by the caller)
     log_step = jnp.log(eta) + jnp.log(jnp.max(mu)) + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp))
     log_B = jnp.maximum(jnp.max(s), log_step)
     grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
     return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)
+
+
+def _l2_shrinking_below_fixed_point(s, mu, L, rho):
+    r"""The second flow certificate of l2-SAM's collapse at even ``L >= 4`` (derived in
+    docs/theory/regimes.md#collapse-certificates): every \(r_j \ge 1\) and some
+    \(u_j < u^\star_j\), the fixed point's coordinate. The region \(\{r_j \ge 1\ \forall
+    j\}\) is never left (where \(r_j = 1\), \(u_j\) stands still and \(N\) does not rise),
+    every \(u_j\) falls in it, and the only nonzero limit it allows is \(u^\star\), which a
+    coordinate already below it cannot reach: so beta tends to 0. With \(p = (2L-2)/(L-2)\),
+    \((1 - p/2) \log N^\star = \tfrac12 \log L - \tfrac{p}{2} \log\rho + \tfrac12 \log \sum_k
+    \mu_k^{2-p}\) and \(\log u^\star_j = (\log N^\star - \log\rho - \log\mu_j)/(L-2)\).
+    Compared in logs (``s = log |u|``); ``L`` is taken as at least 4 (the caller masks
+    the rest)."""
+    Lp = jnp.maximum(L, 4.0)
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    log_n = 0.5 * (jnp.log(Lp) + jax.nn.logsumexp(2 * log_mu + (2 * Lp - 2) * s))
+    log_r = log_rho + log_mu + (Lp - 2) * s - log_n
+    p = (2 * Lp - 2) / (Lp - 2)
+    log_n_star = (
+        0.5 * jnp.log(Lp) - 0.5 * p * log_rho + 0.5 * jax.nn.logsumexp((2 - p) * log_mu)
+    ) / (1 - 0.5 * p)
+    log_u_star = (log_n_star - log_rho - log_mu) / (Lp - 2)
+    # below u* by more than rounding: at u* itself (every r_j = 1) nothing moves
+    return (jnp.min(log_r) >= 0) & jnp.any(s < log_u_star - 1e-10)
 
 
 def _usam_step_collapse(mu, rho, eta):

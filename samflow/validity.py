@@ -34,9 +34,12 @@ from samflow.runners import MAX_STEPS, default
 from samflow.sweeps.spec import SweepSpec
 
 CAP_FACTOR = default(BoundarySearch, "cap_factor")
-"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``), and a
-discrete run up to this many times its steps (``Discrete.step_cap``): the boundary
-search's own factor, so both label a run alike."""
+"""The flow runs to its fate up to this many times its horizon (``Flow.tau_cap``): the
+boundary search's own factor, so both label a run alike."""
+
+STEP_CAP_FACTOR = default(BoundarySearch, "step_cap_factor")
+"""A discrete run goes on to its fate up to this many times its steps
+(``Discrete.step_cap``), as in the boundary search."""
 
 CRITERIA = ("regime", "path", "handoffs", "limit")
 AGREES, DISAGREES, UNDECIDED = 1, 0, -1
@@ -228,8 +231,8 @@ def _steps(tau_cover: float, eta: np.ndarray, max_steps: int) -> int:
 
 
 def _cap(steps: int) -> int:
-    """The discrete runs' ``step_cap``: :data:`CAP_FACTOR` times their steps."""
-    return int(min(MAX_STEPS - 1, CAP_FACTOR * steps))
+    """The discrete runs' ``step_cap``: :data:`STEP_CAP_FACTOR` times their steps."""
+    return int(min(MAX_STEPS - 1, STEP_CAP_FACTOR * steps))
 
 
 def _check_discrete(method, kw: dict, eta: float, steps: int, given: str) -> None:

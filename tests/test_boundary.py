@@ -142,7 +142,7 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     )
     shown = capsys.readouterr().err  # the progress bar, on stderr
     assert "scan" in shown and "bisect" in shown
-    assert ds.attrs["tau_cap"] == 100 * 200.0
+    assert ds.attrs["tau_cap"] == samflow.BoundarySearch().cap_factor * 200.0 == 2e6
     assert int(ds["n_edges_direct"]) == 1 and int(ds["why_nan_direct"]) == FOUND
     assert int(ds["n_edges_collapse"]) == 0 and int(ds["why_nan_collapse"]) == NO_EDGE
     edge = float(ds["alpha_direct"])
@@ -217,6 +217,7 @@ def test_bad_input(kwargs, named):
         ({"rtol_alpha": 0.0}, "rtol-alpha"),
         ({"scan_points": 1}, "scan-points"),
         ({"cap_factor": 1.0}, "cap-factor"),
+        ({"step_cap_factor": 0.5}, "step-cap-factor"),
     ],
 )
 def test_bad_search(fields, named):

@@ -21,13 +21,17 @@ METHODS = {"gd": GD, "sam-l2": SAM_L2, "usam": USAM}
 
 
 def _certify(rule, s, mu, depth, rho, eta=None):
-    """The rule's certificate over a batch of states s [n, d] (one program)."""
+    """The rule's certificate over a batch of states s [n, d] (one program), in float64
+    as the engine evaluates it (samflow.precision: a scoped x64 context)."""
 
-    def one(s_, mu_):
-        return rule.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
+    with jax.enable_x64(True):
+        eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
 
-    code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
-    return np.asarray(code), np.asarray(winner)
+        def one(s_, mu_):
+            return rule.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
+
+        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
+        return np.asarray(code), np.asarray(winner)
 
 
 def _c(method, u, mu, L):
@@ -133,7 +137,7 @@ def test_a_certified_step_map_never_hands_the_lead_on(method, depth):
     s = np.log(u0)
     total = 0
     for eta in (0.01, 0.3, 2.0):
-        code, winner = _certify(METHODS[method], s, mu, depth, rho, jnp.asarray(eta))
+        code, winner = _certify(METHODS[method], s, mu, depth, rho, eta)
         # L = 2's region says more (TAKES_OVER, tests/test_takeover.py): the lead holds too.
         fired = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
         total += len(fired)
@@ -306,7 +310,7 @@ def test_a_take_over_step_map_hands_the_lead_to_the_major(method, depth):
     method = "sam-l2" if method == "below" else method
     seen = 0
     for eta in (0.05, 0.5, 2.0):
-        code, winner = _certify(METHODS[method], s, mu, depth, rho, jnp.asarray(eta))
+        code, winner = _certify(METHODS[method], s, mu, depth, rho, eta)
         fired = np.nonzero(code == fates.TAKES_OVER)[0]
         assert len(fired) >= 6, (eta, len(fired))
         assert np.all(winner[fired] == a[fired] + 1)
@@ -407,7 +411,7 @@ def test_a_discrete_collapse_at_even_depth_stays_in_its_ball(depth):
     u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
     fired_total = 0
     for eta in (0.01, 0.3, 2.0):
-        code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, jnp.asarray(eta))
+        code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, eta)
         fired = np.nonzero(code == fates.COLLAPSE)[0]
         fired_total += len(fired)
         m_, u = mu[fired], u0[fired].copy()
@@ -473,9 +477,84 @@ def test_gd_step_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
     s = np.log(u)
     total = 0
     for eta in (0.05, 0.5, 2.0):
-        code, winner = _certify(GD, s, mu, depth, 0.0, jnp.asarray(eta))
+        code, winner = _certify(GD, s, mu, depth, 0.0, eta)
         fired = np.nonzero((code == fates.LEADS) & (winner == k + 1))[0]
         total += len(fired)
         leads, _ = _map_leaders("gd", mu[fired], u[fired], depth, 0.0, eta, 3000)
         assert np.all(leads == k[fired][None, :] + 1), eta
     assert total == 3 * n, total
+
+
+def _l2_fixed_point(mu, L, rho):
+    """u* of l2-SAM (every r_j = 1), solved here by a bisection on its scale t, u = t
+    mu^(-1/(L-2)) (all r_j = 1 fixes the direction): r(t) = rho t^(L-2) / N(t) falls as
+    1/t, so the scale is where it is 1."""
+    direction = mu ** (-1.0 / (L - 2))
+    lo, hi = 1e-8, 1e8
+    for _ in range(200):
+        t = np.sqrt(lo * hi)
+        u = t * direction
+        r = rho * mu[0] * u[0] ** (L - 2) / np.sqrt(L * np.sum(mu**2 * u ** (2 * L - 2)))
+        lo, hi = (t, hi) if r > 1 else (lo, t)
+    return np.sqrt(lo * hi) * direction
+
+
+def _l2_r(u, mu, L, rho):
+    return rho * mu * u ** (L - 2) / np.sqrt(L * np.sum(mu**2 * u ** (2 * L - 2)))
+
+
+@pytest.mark.parametrize("depth", [4, 6])
+def test_a_flow_with_every_r_above_one_collapses(depth):
+    """l2-SAM's second collapse certificate at even L (docs/theory/regimes.md#collapse-
+    certificates): every r_j >= 1 and some u_j below the fixed point u* (computed here by
+    bisection, not by the engine's closed form). From random states where it fires, SciPy's
+    DOP853 (rtol 1e-11, log space) keeps every r_j >= 1 and no u_j rising until max_j u_j
+    has fallen e^5 and below the first certificate's bound rho mu_min / (sqrt(L) ||mu||)
+    (so beta tends to 0); at u* itself, and where some r_j < 1 (and the first bound
+    fails), it does not fire. Evaluated in float64, as the engine does."""
+    rng = np.random.default_rng(70 + depth)
+    L, rho = depth, 1.0
+    inside, outside = [], []
+    while len(inside) < 12 or len(outside) < 12:
+        mu = rng.uniform(0.5, 3.0, size=4)
+        star = _l2_fixed_point(mu, L, rho)
+        u = star * np.exp(rng.uniform(-1.5, 0.3, size=4))
+        r = _l2_r(u, mu, L, rho)
+        rho0 = rho * mu.min() / np.sqrt(L * np.sum(mu * mu))
+        if r.min() >= 1 and len(inside) < 12:
+            inside.append((mu, u, star, rho0))
+        elif r.min() < 1 and u.max() > rho0 and len(outside) < 12:
+            outside.append((mu, u))
+    code, _ = _certify(SAM_L2, np.log([u for _, u, _, _ in inside]),
+                       np.array([m for m, _, _, _ in inside]), L, rho)  # fmt: skip
+    assert np.all(code == fates.COLLAPSE), code
+    code, _ = _certify(SAM_L2, np.log([u for _, u in outside]),
+                       np.array([m for m, _ in outside]), L, rho)  # fmt: skip
+    assert np.all(code != fates.COLLAPSE), code
+    stars = [(m, s) for m, _, s, _ in inside[:4]]
+    code, _ = _certify(
+        SAM_L2, np.log([s for _, s in stars]), np.array([m for m, _ in stars]), L, rho
+    )
+    assert np.all(code != fates.COLLAPSE), (code, stars)  # u* is a fixed point: no collapse there
+    for mu, u, _, rho0 in inside:
+
+        def f(t, s, mu=mu):
+            log_n = 0.5 * (np.log(L) + np.log(np.sum(mu**2 * np.exp((2 * L - 2) * s))))
+            r = np.exp(np.log(rho) + np.log(mu) + (L - 2) * s - log_n)
+            return mu * np.exp((L - 2) * s) * (1 - r) ** (L - 1)
+
+        level = min(np.log(rho0), np.log(u.max()) - 5.0)
+
+        def below(t, s, level=level):
+            return s.max() - level
+
+        below.terminal = True
+        sol = solve_ivp(f, (0, 1e7), np.log(u), method="DOP853", rtol=1e-11, atol=1e-12,
+                        events=below, dense_output=True)  # fmt: skip
+        # max u fell e^5 and below rho_0 (from there the first certificate's proof holds)
+        assert sol.status == 1, sol.message
+        path = sol.sol(np.linspace(0, sol.t[-1], 4001))
+        # 1e-9 in log r and log u: rounding of the rtol-1e-11 solve over the path
+        r = np.array([_l2_r(np.exp(s), mu, L, rho) for s in path.T])
+        assert np.all(np.log(r) >= -1e-9)
+        assert np.all(np.diff(path, axis=1) < 1e-9)

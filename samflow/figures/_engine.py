@@ -64,16 +64,17 @@ def figure_spec(
     """A figure's sweep: the runner built from these settings (flows: FLOW_SETTINGS).
 
     ``to_fate``: runs not decided at ``tau_max`` (flows) or ``steps`` (discrete) go on
-    to their fate, up to :attr:`samflow.BoundarySearch.cap_factor` (its default) times
-    it (``tau_cap``, ``step_cap``), so that the labels a figure draws are labels of the
+    to their fate, up to :attr:`samflow.BoundarySearch.cap_factor` (flows) or
+    :attr:`samflow.BoundarySearch.step_cap_factor` (discrete; their defaults) times it
+    (``tau_cap``, ``step_cap``), so that the labels a figure draws are labels of the
     limit (docs/theory/regimes.md#labels-of-the-limit); off for figures that draw no
     labels."""
-    factor = default(BoundarySearch, "cap_factor")
     if mode == "discrete":
+        factor = default(BoundarySearch, "step_cap_factor")
         step_cap = min(MAX_STEPS - 1, round(factor * steps)) if to_fate else None
         runner = Discrete(eta=eta, steps=steps, save=Every(record_every), step_cap=step_cap)
     else:
-        tau_cap = factor * tau_max if to_fate else None
+        tau_cap = default(BoundarySearch, "cap_factor") * tau_max if to_fate else None
         runner = Flow(tau_max=tau_max, save=LogSpaced(n_save - 1), tau_cap=tau_cap, **FLOW_SETTINGS)
     axes = tuple(axes)
     for axis in axes:
