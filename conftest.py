@@ -122,3 +122,68 @@ class _NoSybilItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}: examples"
+
+
+LONGEST_FIRST = (
+    "tests/test_boundary.py",
+    "tests/test_flows.py",
+    "tests/test_api.py",
+    "tests/test_store.py",
+    "tests/test_rules.py",
+    "tests/test_handoffs.py",
+    "docs/usage.md",
+    "tests/test_fates.py",
+    "tests/test_images_cnn.py",
+    "docs/getting-started.md",
+    "README.md",
+    "tests/test_models.py",
+    "tests/test_compile_cache.py",
+    "tests/test_user_code.py",
+    "tests/test_validity.py",
+    "tests/test_transform.py",
+    "tests/test_cli.py",
+    "tests/test_stochastic.py",
+    "tests/test_layout.py",
+    "tests/test_figures.py",
+    "tests/test_bad_input.py",
+    "tests/test_commands_cnn.py",
+    "tests/test_discrete.py",
+    "tests/test_theorems.py",
+    "tests/test_oracles.py",
+    "docs/figures.md",
+    "tests/test_theory.py",
+    "tests/test_certificates.py",
+    "tests/test_custom_model.py",
+    "tests/test_release.py",
+    "tests/test_files_unchanged.py",
+    "tests/test_mappings.py",
+    "tests/test_gpu_check.py",
+)
+"""The files that take longest, longest first (seconds of one file in one process, from
+the runs of 5 December 2026): ``make test`` hands whole files to its two workers
+(``--dist loadfile``) in the order of the run (``--no-loadscope-reorder``), so that
+the long files start first and the run does not end on one of them while the other
+worker is idle. A file missing here runs after them; a stale order only costs time."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files in :data:`LONGEST_FIRST` order, then the others, those with more tests
+    first (xdist's own order), each file's tests in their own order. Every worker
+    collects the same order (xdist checks that)."""
+    root = Path(__file__).resolve().parent
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def file_of(item) -> str:
+        path = Path(str(item.path)).resolve()
+        return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+    files = [file_of(item) for item in items]
+    count: dict[str, int] = {}
+    for name in files:
+        count[name] = count.get(name, 0) + 1
+    first = {name: i for i, name in reversed(list(enumerate(files)))}
+    order = sorted(
+        range(len(items)),
+        key=lambda i: (rank.get(files[i], len(rank)), -count[files[i]], first[files[i]], i),
+    )
+    items[:] = [items[i] for i in order]
