@@ -38,7 +38,7 @@ docs: $(STAMP)
 TEST_LIMIT ?= 2400
 PYTEST_ARGS ?=
 test: lint docs
-	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart 0 -q --durations=15 $(PYTEST_ARGS); \
+	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --max-worker-restart 0 -q --durations=15 $(PYTEST_ARGS); \
 	rc=$$?; \
 	if [ $$rc -eq 124 ] || [ $$rc -eq 137 ]; then \
 		echo "make test: the test run passed its limit of $(TEST_LIMIT) s and was stopped" >&2; \
