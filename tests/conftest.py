@@ -11,7 +11,7 @@ import hypothesis  # noqa: F401
 import numpy as np
 import pytest
 
-from samflow import mappings
+from samflow import compile_cache, mappings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -21,6 +21,21 @@ MU = np.array([1.0, 2.0, 3.0, 4.0])
 @pytest.fixture
 def mu():
     return MU.copy()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _compile_cache_from_the_first_program():
+    """The compile cache on before a test process compiles its first program, not at the
+    library's first run (:func:`samflow.compile_cache.ensure`): the programs that tests
+    jit themselves (``tests/runs.py``) are kept as well, so that a later file, or the
+    other xdist worker, reads them back instead of compiling them again (about 10 s of CPU
+    for a flow program). Both workers share the folder: ``$SAMFLOW_COMPILE_CACHE``, a
+    fresh one in CI (``.ci/run``), else the library's default. JAX is imported first, so
+    that the setting goes to JAX's configuration and not into the environment of the
+    processes that tests start."""
+    import jax  # noqa: F401
+
+    compile_cache.ensure()
 
 
 @pytest.fixture(autouse=True, scope="module")
