@@ -832,8 +832,21 @@ def integrate(
         certified_stop, shrunk, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
         collapsed = shrunk
     blowup = event & ~certified_stop & ~shrunk
+    at_blowup = jnp.asarray(fates.BLOWUP, jnp.int32)
+    if config.formulation == "log" and model.closed_forms:
+        # The blow-up's winner is the largest x_j = mu_j u_j^(L-2), whoever leads where
+        # the solve stopped (docs/theory/regimes.md#blow-up-winner): where another
+        # coordinate leads there, the race is not over. The major wins it: the major's
+        # take-over (sequential or returned); a minor: not labelled here.
+        log_x = jnp.log(problem.X[0]) + (depth - 2) * y_end
+        winner = top(log_x)
+        racing = winner != top(f.log_beta(y_end))
+        the_major = jnp.argmax(problem.X[0]) + 1 if major is None else jnp.asarray(major)
+        at_blowup = jnp.where(
+            racing, jnp.where(winner == the_major, fates.TAKEOVER, fates.OPEN), at_blowup
+        )
     fate = jnp.select(
-        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, fates.BLOWUP], fate_of(y_end, end=True)
+        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, at_blowup], fate_of(y_end, end=True)
     ).astype(jnp.int32)
     unscaled = f.unscale(ys)
     path, stop = _stop(sol, edge, event & ~certified_stop)

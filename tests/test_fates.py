@@ -1,6 +1,8 @@
 """Labels of the limit (docs/theory/regimes.md#labels-of-the-limit): a regime only where the run's
 fate is decided, so that no longer run contradicts it."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -326,3 +328,80 @@ def test_l2_collapses_are_still_collapse(depth, rho, alphas):
         after = sol.sol(np.linspace(min(stop, sol.t[-1]), sol.t[-1], 2001)).max(axis=0)
         # max u never rises: 1e-9 of log u is rounding of the rtol-1e-11 solve
         assert np.all(np.diff(after) < 1e-9)
+
+
+def _balanced_field(method, mu, L, rho):
+    """ds_j/dtau = x_j (1 - rho c x_j)^(L-1), x_j = mu_j u_j^(L-2), in log space; c = 0
+    (GD), 1 / ||m||_2 (l2-SAM, ||m||^2 = L sum mu_k^2 u_k^(2L-2)), sigmoid(-z) (USAM,
+    z = sum mu_k u_k^L), all in logs so that nothing overflows before the blow-up."""
+
+    def f(t, s):
+        log_x = np.log(mu) + (L - 2) * s
+        if method == "gd":
+            log_c = -np.inf
+        elif method == "sam-l2":
+            log_c = -0.5 * (np.log(L) + logsumexp(2 * np.log(mu) + (2 * L - 2) * s))
+        else:
+            log_c = -np.logaddexp(0.0, np.exp(min(logsumexp(np.log(mu) + L * s), 700.0)))
+        r = np.exp(np.log(rho) + log_c + log_x) if method != "gd" else 0.0
+        return np.exp(log_x) * (1 - r) ** (L - 1)
+
+    return f
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+@pytest.mark.parametrize("method", ["gd", "sam-l2", "usam"])
+def test_the_blow_up_is_won_by_the_largest_rate(method, depth):
+    """docs/theory/regimes.md#blow-up-winner: from random starts with some coordinate above
+    the rest in x_j = mu_j u_j^(L-2), SciPy's DOP853 (rtol 1e-11, log space) run until
+    max_j log u_j has risen by 12 above its start (the blow-up) ends with the largest x of
+    the start far ahead: 2 in log u over the next coordinate, where the race is decided
+    (a ratio e^2 is no rounding of an rtol-1e-11 solve). Runs that do not blow up within
+    tau 1e3 (collapse, finite limits, slow runs) are skipped; enough must blow up for the test to
+    count."""
+    rng = np.random.default_rng(90 + depth)
+    L, won = depth, 0
+    for _ in range(10):
+        mu = rng.uniform(0.3, 4.0, size=4)
+        s0 = np.log(rng.uniform(0.2, 1.5, size=4))
+        rho = rng.uniform(0.05, 1.0)
+        f = _balanced_field(method, mu, L, rho)
+
+        top = s0.max()
+
+        def up(t, s, top=top):
+            return s.max() - top - 12.0
+
+        up.terminal = True
+        sol = solve_ivp(f, (0, 1e3), s0, method="DOP853", rtol=1e-11, atol=1e-12, events=up)
+        if sol.status != 1:
+            continue
+        won += 1
+        end = np.sort(sol.y[:, -1])
+        assert int(np.argmax(sol.y[:, -1])) == int(np.argmax(np.log(mu) + (L - 2) * s0))
+        assert end[-1] - end[-2] > 2.0
+    assert won >= 5, won
+
+
+def test_a_blow_up_stopped_mid_race_is_labelled_by_its_winner():
+    """USAM, L = 3, alpha = 1e-4, rho = 2.272 (the figures' flow settings): the solve
+    stops at its overflow guard with the path 4 -> 3 -> 2 -> 3 and the major (the
+    largest x) behind; SciPy's DOP853 (rtol 1e-11) runs on past it and the major takes
+    the lead before the blow-up: returned, which the engine now says (it said major_lost)."""
+    rho = float(np.geomspace(0.02, 5.0, 8)[6])
+    runner = samflow.Flow(tau_max=200.0, tau_cap=2e6, rtol=1e-6, atol=1e-9, max_steps=20_000)
+    ds = samflow.trajectory("usam", depth=3, mu=MU, alpha=1e-4, rho=rho, runner=runner)
+    assert list(ds["leader_path"].values[: int(ds["n_leaders"])]) == [4, 3, 2, 3]
+    assert int(ds["regime"]) == RETURNED and int(ds["limit_coord"]) == 4
+    f = _balanced_field("usam", np.asarray(MU), 3, rho)
+    s0 = np.full(4, np.log(1e-4))
+
+    def up(t, s):
+        return s.max() - s0.max() - 30.0
+
+    up.terminal = True
+    sol = solve_ivp(f, (0, 1e7), s0, method="DOP853", rtol=1e-11, atol=1e-12, events=up,
+                    dense_output=True)  # fmt: skip
+    leads = np.argmax(sol.sol(np.linspace(1e-3, sol.t[-1], 400_001)), axis=0) + 1
+    path = [int(leads[0])] + [int(b) for a, b in itertools.pairwise(leads) if a != b]
+    assert path[-1] == 4 and 4 in path[:-1]  # returned
