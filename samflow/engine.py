@@ -378,8 +378,8 @@ def _discrete_fate(
     s = jnp.log(jnp.abs(beta_last)) / depth.astype(beta_last.dtype)
     # The certificate's state: s = log |u|, or for a rule solved in u (linf-SAM) the signed
     # u = sign(beta) |beta|^(1/L) (at even L the rule's step is odd in u: |u| is the state).
-    y = s if closed.formulation == "log" else jnp.sign(beta_last) * jnp.exp(s)
-    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(y, mu, depth, rho, eta)
+    state = s if closed.formulation == "log" else jnp.sign(beta_last) * jnp.exp(s)
+    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(state, mu, depth, rho, eta)
     at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
     certified = equal & one_point
