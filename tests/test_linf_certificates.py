@@ -246,6 +246,7 @@ def test_discrete_runs_are_decided_and_hold_50x_longer(depth):
     starts = rho * rng.uniform(0.1, 1.6, size=(n, 4))
     starts[: n // 3] *= 0.6  # some all below rho
     decided = taken = 0
+    low = {}  # counts per regime code
     for eta in (0.05, 1.0):
         path = _run(starts, mu[None], depth, rho, eta, 50 * steps)  # [T, n, d]
         size = np.abs(path)
@@ -258,6 +259,7 @@ def test_discrete_runs_are_decided_and_hold_50x_longer(depth):
             if regime == 0:
                 continue
             decided += 1
+            low[regime] = low.get(regime, 0) + 1
             if regime == 1:
                 ok, _ = _collapse_holds(size[:, i], eta * mu * rho ** (depth - 1) / 2, rho)
                 assert ok, (eta, u0)
@@ -282,4 +284,5 @@ def test_discrete_runs_are_decided_and_hold_50x_longer(depth):
                     assert _lead_holds(path[-path.shape[0] // 2 :, i], seen[-1] - 1), (eta, u0)
     # Of 24 runs (11 at L = 3: the others' winner, a minor, does not lead yet at step 200).
     assert decided >= 10, decided
+    assert low.get(7 if depth % 2 else 1, 0) >= 2, low  # the starts below rho: finite, collapse
     assert depth > 2 or taken >= 1, taken  # a take-over not yet reached is checked too
