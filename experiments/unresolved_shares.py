@@ -18,7 +18,9 @@ path and so a label (docs/theory/regimes.md#definitions), linf-SAM flows also co
 (even L, every |u_j| at the end in the band eta mu_j rho^(L-1) / 2 where the step hovers)
 and finite (odd L, every u_j at the end at most rho and risen from its start); a label
 contradicts when it differs. A reference run that itself ends undecided (still moving at
-its horizon) counts as unchecked, not as agreeing.
+its horizon) counts as unchecked, not as agreeing; so does a discrete one that stalled (no
+step moved it over its second half: its steps fell below float64 rounding, as linf-SAM's
+certified collapses at large rho do, where h ~ e^(-rho^2 sum mu)).
 
     PYTHONPATH=. python experiments/unresolved_shares.py --quick    # ~15 min on 2 cores
     PYTHONPATH=. python experiments/unresolved_shares.py --out shares.json  # fuller grids
@@ -169,7 +171,10 @@ def discrete_reference(method, mu, u0, L, rho, eta, steps):
     tied = len(set(np.round(np.abs(u), 14))) == 1
     top0 = L * np.log(np.max(np.abs(u)))
     quarter = [-np.inf] * 4  # largest log max_j |beta_j| per quarter of the run
+    half = None
     for i in range(steps):
+        if i == steps // 2:
+            half = u.copy()
         m = mu * u ** (L - 1)
         lp = 1.0 / (1.0 + np.exp(min(np.sum(mu * u**L), 700.0)))  # |l'(z)|
         if method == "gd":
@@ -194,6 +199,10 @@ def discrete_reference(method, mu, u0, L, rho, eta, steps):
         level = L * np.log(max(np.max(a), 1e-300))
         if i >= steps // 4:
             quarter[min(3, 4 * i // steps)] = max(quarter[min(3, 4 * i // steps)], level)
+    if how == "open" and half is not None and np.array_equal(u, half):
+        # Stalled: no step moved u over the second half (eta |l'(z~)| below its rounding
+        # unit), so the float run says nothing of the limit: unchecked.
+        return path, "stalled"
     if how == "open" and max(quarter[2:]) < top0 and quarter[3] <= quarter[1] + 0.01:
         how = "collapse"  # hovering near 0 below the start, not growing (1%)
     if method == "sam-linf" and how == "open":
@@ -251,6 +260,8 @@ def check(ds, method, mode, rng, n_check, L):
             ref = "finite"
         elif how == "blowup":
             ref = path_label(path, major)
+        elif how == "stalled":
+            ref = None
         else:  # still moving: only a path label that can no longer change is checked
             ref = path_label(path, major) if path and path[-1] == major else None
         if ref is None:
