@@ -5,7 +5,8 @@ Grids: ``figure``: the figures' mu (1, 2, 3, 4), alpha over 1e-4..10 and rho ove
 0.02..5 (log), uniform starts; ``random``: random mu in d = 4 (one point), random
 non-uniform starts (the ``seed`` axis) and a few rho. Settings: flows as the figures run
 them (``tau_max`` 200, ``tau_cap`` 100 times it, samflow.figures FLOW_SETTINGS); discrete
-runs at the figures' default step and length (eta 0.01, 2,000 steps; no step cap).
+runs at the figures' default step and length (eta 0.01, 2,000 steps; no step cap, or with
+``--step-cap`` the figures' 100 times the steps).
 
 The check: for a sample of decided runs, an independent float64 integration of the
 balanced system (flows: SciPy DOP853, rtol 1e-11, in log space, to 100 times the
@@ -13,12 +14,18 @@ engine's horizon; discrete: a NumPy loop of the balanced step map, 50 times the 
 steps, labelled collapse where its largest |beta_j| stays below its start over the
 second half and grows by under 1% from the second quarter to the last) gives a leader
 path and so a label (docs/theory/regimes.md#definitions), linf-SAM flows also collapse
-(every u_j at 0) and finite (odd L, every u_j at rho); a label contradicts when it
-differs. A reference run that itself ends undecided (still moving at
-its horizon) counts as unchecked, not as agreeing.
+(every u_j at 0) and finite (odd L, every u_j at rho), linf-SAM's step also collapse
+(even L, every |u_j| at the end in the band eta mu_j rho^(L-1) / 2 where the step hovers)
+and finite (odd L, every u_j at the end at most rho and risen from its start); a label
+contradicts when it differs. A reference run that itself ends undecided (still moving at
+its horizon) counts as unchecked, not as agreeing; so does a discrete one that stalled (no
+step moved it over its second half: its steps fell below float64 rounding, as linf-SAM's
+certified collapses at large rho do, where h ~ e^(-rho^2 sum mu)).
 
     PYTHONPATH=. python experiments/unresolved_shares.py --quick    # ~15 min on 2 cores
     PYTHONPATH=. python experiments/unresolved_shares.py --out shares.json  # fuller grids
+    PYTHONPATH=. python experiments/unresolved_shares.py --quick --methods sam-linf \
+        --modes discrete --step-cap    # discrete runs to their fate, as the figures run them
 """
 
 from __future__ import annotations
@@ -60,18 +67,21 @@ def grids(n: int, rng: np.random.Generator) -> dict:
     }
 
 
-def runner(mode: str):
+def runner(mode: str, step_cap: bool = False):
+    """The figures' runner; ``step_cap``: discrete runs go on to their fate, up to 100
+    times their steps, as the figures run them (samflow/figures/_engine.py)."""
     if mode == "flow":
         return samflow.Flow(tau_max=TAU_MAX, tau_cap=CAP_FACTOR * TAU_MAX, **FLOW_SETTINGS)
-    return samflow.Discrete(eta=ETA, steps=STEPS)
+    cap = round(CAP_FACTOR * STEPS) if step_cap else None
+    return samflow.Discrete(eta=ETA, steps=STEPS, step_cap=cap)
 
 
-def run(method: str, mode: str, grid: dict):
+def run(method: str, mode: str, grid: dict, step_cap: bool = False):
     kwargs = dict(grid)
     axes = dict(kwargs.pop("axes"))
     if method == "gd":
         axes.pop("rho", None)
-    return samflow.sweep(method, depth=2, axes=axes, runner=runner(mode), **kwargs)
+    return samflow.sweep(method, depth=2, axes=axes, runner=runner(mode, step_cap), **kwargs)
 
 
 # --- the independent reference -------------------------------------------------------------
@@ -161,7 +171,10 @@ def discrete_reference(method, mu, u0, L, rho, eta, steps):
     tied = len(set(np.round(np.abs(u), 14))) == 1
     top0 = L * np.log(np.max(np.abs(u)))
     quarter = [-np.inf] * 4  # largest log max_j |beta_j| per quarter of the run
+    half = None
     for i in range(steps):
+        if i == steps // 2:
+            half = u.copy()
         m = mu * u ** (L - 1)
         lp = 1.0 / (1.0 + np.exp(min(np.sum(mu * u**L), 700.0)))  # |l'(z)|
         if method == "gd":
@@ -186,8 +199,20 @@ def discrete_reference(method, mu, u0, L, rho, eta, steps):
         level = L * np.log(max(np.max(a), 1e-300))
         if i >= steps // 4:
             quarter[min(3, 4 * i // steps)] = max(quarter[min(3, 4 * i // steps)], level)
+    if how == "open" and half is not None and np.array_equal(u, half):
+        # Stalled: no step moved u over the second half (eta |l'(z~)| below its rounding
+        # unit), so the float run says nothing of the limit: unchecked.
+        return path, "stalled"
     if how == "open" and max(quarter[2:]) < top0 and quarter[3] <= quarter[1] + 0.01:
         how = "collapse"  # hovering near 0 below the start, not growing (1%)
+    if method == "sam-linf" and how == "open":
+        # linf-SAM's step hovers near 0 in a band set by the step, which a start below it
+        # rises into; every u_j inside its band at the end is a collapse, and at odd L
+        # every u_j at most rho, risen since the start, a finite limit (u -> rho).
+        if L % 2 == 0 and np.all(np.abs(u) <= eta * mu * rho ** (L - 1) / 2):
+            how = "collapse"
+        elif L % 2 == 1 and np.all((u <= rho) & (u >= np.asarray(u0))):
+            how = "finite"
     return path, how
 
 
@@ -235,6 +260,8 @@ def check(ds, method, mode, rng, n_check, L):
             ref = "finite"
         elif how == "blowup":
             ref = path_label(path, major)
+        elif how == "stalled":
+            ref = None
         else:  # still moving: only a path label that can no longer change is checked
             ref = path_label(path, major) if path and path[-1] == major else None
         if ref is None:
@@ -257,6 +284,9 @@ def main() -> None:
     parser.add_argument("--modes", default="flow,discrete")
     parser.add_argument("--out", default=None, help="write the table as JSON here")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--step-cap", action="store_true", help="discrete runs go on to 100x their steps"
+    )
     args = parser.parse_args()
     n = args.n or (8 if args.quick else 16)
     n_check = args.check if args.check is not None else (4 if args.quick else 20)
@@ -266,7 +296,7 @@ def main() -> None:
         for method in args.methods.split(","):
             for mode in args.modes.split(","):
                 t0 = time.time()
-                ds = run(method, mode, grid)
+                ds = run(method, mode, grid, args.step_cap)
 
                 for L in (2, 3, 4):
                     part = ds.sel(depth=L)

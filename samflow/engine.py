@@ -359,8 +359,8 @@ def _discrete_fate(
     full batch, a rule that treats layers alike: :mod:`samflow.balanced`, whichever
     step ran) on one point ``mu > 0`` with ``y = +1``, the rule's
     :meth:`samflow.rules.BalancedFlow.fate` for the discrete map with step ``eta`` at
-    the last record (``|u_j| = |beta_j|^(1/L)``; at L = 1 the winner must also be
-    positive).
+    the last record (``|u_j| = |beta_j|^(1/L)``, signed as beta for a rule solved in ``u``;
+    at L = 1 the winner must also be positive).
     """
     path, floor = watched
     frozen = jnp.isinf(floor)
@@ -376,7 +376,10 @@ def _discrete_fate(
     rho = jnp.broadcast_to(jnp.asarray(rho, beta_last.dtype), beta_last.shape[1:])
     eta = jnp.broadcast_to(jnp.asarray(eta, beta_last.dtype), beta_last.shape[1:])
     s = jnp.log(jnp.abs(beta_last)) / depth.astype(beta_last.dtype)
-    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(s, mu, depth, rho, eta)
+    # The certificate's state: s = log |u|, or for a rule solved in u (linf-SAM) the signed
+    # u = sign(beta) |beta|^(1/L) (at even L the rule's step is odd in u: |u| is the state).
+    state = s if closed.formulation == "log" else jnp.sign(beta_last) * jnp.exp(s)
+    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(state, mu, depth, rho, eta)
     at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
     certified = equal & one_point
@@ -407,8 +410,11 @@ def _discrete_fate(
     )
     takeover = takeover | tied_lead
     collapsed = certified & (code == fates.COLLAPSE)
+    finite = certified & (code == fates.FINITE)  # linf-SAM's step at odd L
     fate = jnp.select(
-        [collapsed, settled, takeover], [fates.COLLAPSE, fates.SETTLED, fates.TAKEOVER], fates.OPEN
+        [collapsed, finite, settled, takeover],
+        [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER],
+        fates.OPEN,
     )
     return fate.astype(jnp.int32)
 

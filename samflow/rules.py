@@ -483,10 +483,11 @@ def _linf_field(tau, u, args):
 
 
 def _linf_fate(u, mu, depth, rho, eta=None):
-    """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory/regimes.md#labels-of-the-limit).
+    """Certificate of the linf-SAM flow from ``u > 0`` (docs/theory/regimes.md#labels-of-the-limit),
+    or of its discrete balanced step with step size ``eta`` (:func:`_linf_step_fate`).
 
     L = 1: the field is ``mu``: LEADS, winner the major. Otherwise the excess
-    ``v = u - rho`` keeps its sign (``u = rho`` is a fixed point), for flows only:
+    ``v = u - rho`` keeps its sign (``u = rho`` is a fixed point), for flows:
 
     - L = 2: ``v_j = v_j(0) e^(mu_j tau)``. With some ``u_j > rho``, the winner ``j*``
       is the largest mu among them: every ``u_k <= rho`` never grows, and an excess
@@ -499,8 +500,9 @@ def _linf_fate(u, mu, depth, rho, eta=None):
     - even L >= 4: below rho ``u`` falls to the absorbing 0: all ``u_j < rho`` gives
       COLLAPSE, all ``<= rho`` with one at rho FINITE; else OPEN.
 
-    The discrete step hovers around 0 instead of absorbing there, so only L = 1 is
-    certified for it.
+    The discrete step can jump past rho or 0, which the flow cannot: its certificates
+    (``eta`` given, ``u`` the signed ``u = sign(beta) |beta|^(1/L)``) hold only where the
+    step size keeps it from doing so (:func:`_linf_step_fate`).
     """
     above = u > rho
     winner = jnp.argmax(jnp.where(above, mu, -jnp.inf)) + 1
@@ -511,9 +513,68 @@ def _linf_fate(u, mu, depth, rho, eta=None):
     even = jnp.where(at_most, lower, _fate.OPEN)
     deep = jnp.where(depth % 2 == 1, odd, even)
     flow = jnp.where(depth == 2, two, deep)
-    code = jnp.where(depth == 1, _fate.LEADS, _fate.OPEN if eta is not None else flow)
+    if eta is not None:
+        flow, winner = _linf_step_fate(u, mu, depth, rho, eta)
+    code = jnp.where(depth == 1, _fate.LEADS, flow)
     winner = jnp.where(depth == 1, jnp.argmax(mu) + 1, winner)
     return code.astype(jnp.int32), winner.astype(jnp.int32)
+
+
+def _linf_step_fate(u, mu, depth, rho, eta):
+    """Certificate of linf-SAM's discrete balanced step at ``L >= 2`` (derived in
+    docs/theory/regimes.md#linf-sam-discrete-step), ``u`` ``[d]`` signed.
+
+    The step (logistic loss, one point): ``w~_j = u_j - rho sign(u_j)^(L-1)``, ``u_j' = u_j
+    + h mu_j w~_j^(L-1)``, ``h = eta sigmoid(-z~)``; ``h <= eta/2`` at even L (``z~ =
+    sum_k mu_k w~_k^L >= 0``), ``h < eta`` at odd L. At even L it is odd in each ``u_j``,
+    so ``|u_j|`` is the state; at odd L a positive ``u_j`` stays positive. With ``v_j =
+    |u_j| - rho``, a coordinate with ``|u_j| > rho`` (the set P) has ``v_j' = v_j (1 + h
+    y_j)``, ``y_j = mu_j v_j^(L-2)``: it grows and stays in P. A coordinate at most rho
+    stays at most rho (*kept*) where at even L ``eta mu_j rho^(L-2) <= 2`` (it cannot
+    jump past ``-rho``) and at odd L (``0 < u_j``) ``eta mu_j (rho - u_j)^(L-2) <= 1`` (it
+    cannot jump past ``rho``; ``rho - u_j`` only falls).
+
+    - Every coordinate in P or kept, P not empty: LEADS, winner the largest ``y`` in P
+      (the major if several share it): its factor ``1 + h y`` is the largest, so its
+      lead over P and the order of ``y`` are kept; the kept ones stay at most rho. Where
+      the major is in P with the largest ``y`` strictly: TAKES_OVER (``v_a / v_k`` grows by
+      a factor ``(1 + h y_a) / (1 + h y_k) > 1`` bounded away from 1 for ever, and ``sum
+      min(h y_a, 1)`` diverges: were it finite, every ``u`` would be bounded, so ``h``
+      bounded below).
+    - Even L, every ``|u_j| < rho`` and kept: COLLAPSE; each ``|u_j|`` falls (by at least
+      ``h mu_j (rho - |u_j|)^(L-1)``, ``h`` bounded below) into ``|u_j| <= eta mu_j
+      rho^(L-1) / 2``, a ball set by the step, and stays there.
+    - Odd L, every ``0 < u_j < rho`` and kept: FINITE, ``u -> rho (1, ..., 1)``.
+
+    Otherwise OPEN. States within 64 rounding units of rho are neither above nor below
+    (``u`` is recovered from beta, and ``u = rho`` is a fixed point): OPEN. Compared in logs.
+    """
+    L = jnp.asarray(depth).astype(u.dtype)
+    tol = 64 * jnp.finfo(u.dtype).eps
+    even = depth % 2 == 0
+    size = jnp.where(even, jnp.abs(u), u)  # the state: |u| at even L; u (> 0 kept) at odd L
+    above = size > rho * (1 + tol)
+    below = (size < rho * (1 - tol)) & (size > 0)
+    log_eta_mu = jnp.log(eta) + jnp.log(mu)
+    gap = jnp.where(below, rho - size, rho)
+    kept_even = log_eta_mu + (L - 2) * jnp.log(rho) <= jnp.log(2.0)
+    kept_odd = log_eta_mu + (L - 2) * jnp.log(gap) <= 0
+    kept = below & jnp.where(even, kept_even, kept_odd)
+    stays = jnp.all(above | kept)
+    log_y = jnp.where(
+        above, jnp.log(mu) + (L - 2) * jnp.log(jnp.where(above, size - rho, 1)), -jnp.inf
+    )
+    top = jnp.argmax(log_y)
+    only = jnp.sum(log_y == log_y[top]) == 1
+    a = jnp.argmax(mu)
+    winner = jnp.where(only, top + 1, a + 1)
+    ahead = above[a] & (top == a) & only
+    lead = jnp.where(ahead, _fate.TAKES_OVER, _fate.LEADS)
+    low = jnp.where(even, _fate.COLLAPSE, _fate.FINITE)
+    code = jnp.where(
+        stays & jnp.any(above), lead, jnp.where(stays & jnp.all(kept), low, _fate.OPEN)
+    )
+    return code, jnp.where(ahead, a + 1, winner)
 
 
 @dataclass(frozen=True)
