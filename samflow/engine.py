@@ -407,8 +407,11 @@ def _discrete_fate(
     )
     takeover = takeover | tied_lead
     collapsed = certified & (code == fates.COLLAPSE)
+    finite = certified & (code == fates.FINITE)
     fate = jnp.select(
-        [collapsed, settled, takeover], [fates.COLLAPSE, fates.SETTLED, fates.TAKEOVER], fates.OPEN
+        [collapsed, finite, settled, takeover],
+        [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER],
+        fates.OPEN,
     )
     return fate.astype(jnp.int32)
 
