@@ -399,13 +399,62 @@ def _usam_lead(s, mu, L, rho, eta=None):
     peak = p
     for _ in range(40):  # y* = p (1 + e^-y*): |slope| <= p e^-y < 1, 40 steps to 1e-12 and less
         peak = p * (1 + jnp.exp(-peak))
-    y = jnp.maximum(jnp.exp(log_mu[w] + L * s[w]), peak)
-    log_phi = (2 / L) * log_mu[w] + p * jnp.log(jnp.maximum(y, jnp.finfo(s.dtype).tiny))
-    bound_by = log_L + log_rho + log_phi - jax.nn.softplus(y)
-    holds = (bound_by <= 0) | (inside & fall)
+
+    def log_theta(log_v):  # log of L rho sup_{v' >= v} phi(v')
+        y = jnp.maximum(jnp.exp(log_mu[w] + L * log_v), peak)
+        log_phi = (2 / L) * log_mu[w] + p * jnp.log(jnp.maximum(y, jnp.finfo(s.dtype).tiny))
+        return log_L + log_rho + log_phi - jax.nn.softplus(y)
+
+    bound_by = log_theta(s[w])
+    holds = (
+        (bound_by <= 0) | (inside & fall) | _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta)
+    )
     strict = (bound_by < 0) | ((inside_by < 0) & fall)
     overtakes = (L >= 3) & strict & _ahead_in_rate(s, mu, L)
     return holds, w + 1, overtakes
+
+
+def _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta=None):
+    """USAM's lead of ``w`` (the leader, with the largest ``x``) beyond the region, L >= 3
+    (docs/theory/regimes.md#usam-wide-lead). With ``theta = L rho sup_{v >= u_w} phi(v) <
+    L``, ``rho c x_w <= theta / L`` for ever, so ``F(x_w) >= (1 - theta/L)^(L-1) x_w``, and
+    ``F(x_j) <= x_j``: ``w`` keeps the lead where every ``x_j <= (1 - theta/L)^(L-1) x_w``
+    (flow and step: that ratio then only falls). Flow, more (*two phases*): while ``r_w =
+    rho c x_w <= eps`` (``eps >= r_w`` now, ``x_j <= (1 - eps)^(L-1) x_w``) ``w`` keeps the
+    lead and ``Y_j = u_j^-(L-2)`` falls at most ``b_j = mu_j / (mu_w (1 - eps)^(L-1))`` times
+    as fast as ``Y_w``; the phase ends (if ever) with ``u_w >= U = max(u_w, (2 eps / (rho
+    mu_w))^(1/(L-2)))``, where ``x_j / x_w <= (mu_j / mu_w) / ((Y_j / Y_U) (1 - q_j) + b_j)``,
+    ``q_j = x_j / (x_w (1 - eps)^(L-1))``, and the first condition at ``theta(U)`` then holds.
+    Tried at 8 values of ``eps``. Compared in logs."""
+    Lp = jnp.maximum(L, 3.0)
+    others = jnp.arange(s.shape[0]) != w
+    log_q = jnp.where(others, log_x - log_x[w], -jnp.inf)
+    log_theta_now = log_theta(s[w])
+    theta_now = jnp.exp(log_theta_now)
+    now = (theta_now < Lp) & jnp.all(
+        log_q <= (Lp - 1) * jnp.log1p(-jnp.minimum(theta_now / Lp, 1.0))
+    )
+    if eta is not None:
+        return (L >= 3) & now
+    r_w = jnp.exp(jnp.log(rho) + log_c + log_x[w])
+    eps_hi = 1 - jnp.exp(jnp.max(log_q) / (Lp - 1))
+    log_mu = log_x - (Lp - 2) * s
+
+    def phases(k, ok):
+        eps = r_w + (eps_hi - r_w) * (k + 1) / 8
+        log_keep = (Lp - 1) * jnp.log1p(-jnp.minimum(eps, 1.0))  # log (1 - eps)^(L-1)
+        log_U = jnp.maximum(s[w], (jnp.log(2 * eps) - jnp.log(rho) - log_mu[w]) / (Lp - 2))
+        theta = jnp.exp(log_theta(log_U))
+        log_b = log_mu - log_mu[w] - log_keep
+        q = jnp.exp(jnp.minimum(log_q - log_keep, 0.0))
+        spread = jnp.exp(-(Lp - 2) * (s - log_U))  # Y_j / Y_U
+        ratio = jnp.exp(log_mu - log_mu[w]) / (spread * (1 - q) + jnp.exp(log_b))
+        later = jnp.log(ratio) <= (Lp - 1) * jnp.log1p(-jnp.minimum(theta / Lp, 1.0))
+        good = (eps > r_w) & (eps < 1) & (theta < Lp) & jnp.all(~others | later)
+        return ok | good
+
+    two = jax.lax.fori_loop(0, 8, phases, jnp.zeros((), bool))
+    return (L >= 3) & (now | (two & (eps_hi > r_w)))
 
 
 def _usam_finite(s, mu, L, rho, eta=None):

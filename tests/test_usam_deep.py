@@ -30,16 +30,16 @@ def _c(u, mu, L):
     return 1.0 / (1.0 + np.exp(min(np.sum(mu * np.abs(u) ** L), 700.0)))
 
 
-def _flow(mu, s0, L, rho, tau, top=60.0, clock=False):
+def _flow(mu, s0, L, rho, tau, top=60.0, clock=None):
     """DOP853 of ds_j/dtau = x_j (1 - rho c x_j)^(L-1), to tau or L max s = top: (t, s).
-    ``clock``: in the time sigma, dsigma = min_j x_j dtau (the same path, every u_j at
-    a rate of order 1 or more however small it is), to sigma = tau."""
+    ``clock`` (np.min or np.max): in the time sigma, dsigma = clock_j x_j dtau (the same
+    path, at rates of order 1 however small u is), to sigma = tau."""
 
     def f(t, s):
         u = np.exp(s)
         x = mu * u ** (L - 2)
         field = x * (1 - rho * _c(u, mu, L) * x) ** (L - 1)
-        return field / np.min(x) if clock else field
+        return field / clock(x) if clock else field
 
     def high(t, s):
         return top - L * np.max(s)
@@ -120,6 +120,48 @@ def test_a_minor_with_the_largest_rate_keeps_the_lead(depth):
             assert np.array_equal(np.argmax(u, axis=1) + 1, winner[fired]), eta
 
 
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_wide_lead_flow_and_step_keep_the_major_ahead(depth):
+    """Where USAM's lead certificate holds although (bound) and (fall) fail (L rho sup phi
+    > 1: the *wide* lead, flow in two phases, step by its second), the flow (DOP853 in the
+    time dsigma = max_j x_j dtau, to a blow-up or sigma 400) and the step map read every
+    step for 2,000 steps (eta 0.01, 0.3, 2) never hand the lead on."""
+    rng = np.random.default_rng(70 + depth)
+    rho = 0.8
+    mu = rng.uniform(0.3, 4.0, size=(32, 4))
+    a = np.argmax(mu, axis=1)
+    u = np.exp(rng.uniform(-9.0, -1.0, size=(32, 4)))
+    u[::2] = np.min(u[::2], axis=1, keepdims=True)  # uniform starts
+    u[np.arange(32), a] = np.max(u, axis=1)  # the major leads
+    s = np.log(u)
+    L = depth
+    p = 1 - 2 / L
+    y = np.maximum(mu[np.arange(32), a] * u[np.arange(32), a] ** L, 0.0)
+    grid = y[:, None] * np.geomspace(1.0, 1e6, 4001)[None] + 1e-300
+    phi = mu[np.arange(32), a][:, None] ** (2 / L) * grid**p / (1 + np.exp(np.minimum(grid, 700)))
+    beyond = L * rho * np.max(phi, axis=1) > 1  # (bound) fails; (fall) fails at small u
+    code, winner = _certify(s, mu, depth, rho)
+    fired = np.nonzero((code == fates.LEADS) & beyond)[0]
+    assert len(fired) >= 6, f"only {len(fired)} of 32 sampled states certified beyond (bound)"
+    assert np.all(winner[fired] == a[fired] + 1)
+    for k in fired:
+        _, path = _flow(mu[k], s[k], depth, rho, 400.0, clock=np.max)
+        leads = np.argmax(path, axis=0) + 1
+        top = np.max(path, axis=0)
+        led = path[a[k]] >= top  # ties at a uniform start: the major is among the top
+        assert np.all(led | (leads == winner[k])), k
+    for eta in (0.01, 0.3, 2.0):
+        code, winner = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        fired = np.nonzero((code == fates.LEADS) & beyond)[0]
+        if eta == 0.01:
+            assert len(fired) >= 2, len(fired)
+        v, rows = np.exp(s[fired]), np.arange(len(fired))
+        for _ in range(2000):
+            v = _step(mu[fired], v, depth, rho, eta)
+            v = np.where(np.isfinite(v), v, 1e300)
+            assert np.all(v[rows, a[fired]] >= np.max(v, axis=1)), eta
+
+
 def _finite_states(rng, n, L, rho):
     """Uniform and random small starts below the finite limit of random mu."""
     mus, ss = [], []
@@ -151,7 +193,7 @@ def test_a_certified_finite_flow_converges_to_the_fixed_point(depth):
     assert len(fired) >= 8, f"only {len(fired)} of 12 sampled states certified"
     for k in fired:
         star = _fixed_point(mu[k], depth, rho)
-        _, path = _flow(mu[k], s[k], depth, rho, 2e3, clock=True)
+        _, path = _flow(mu[k], s[k], depth, rho, 2e3, clock=np.min)
         u = np.exp(path)
         assert np.all(np.diff(path, axis=1) >= -1e-12), k  # no u_j falls
         c = np.array([_c(u[:, i], mu[k], depth) for i in range(u.shape[1])])
