@@ -425,7 +425,9 @@ def _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta=None):
     as fast as ``Y_w``; the phase ends (if ever) with ``u_w >= U = max(u_w, (2 eps / (rho
     mu_w))^(1/(L-2)))``, where ``x_j / x_w <= (mu_j / mu_w) / ((Y_j / Y_U) (1 - q_j) + b_j)``,
     ``q_j = x_j / (x_w (1 - eps)^(L-1))``, and the first condition at ``theta(U)`` then holds.
-    Tried at 8 values of ``eps``. Compared in logs."""
+    Discrete step: the same, the phase being ``u_w <= (2 eps / (rho mu_w))^(1/(L-2))``, with
+    ``b_j`` times ``1 + (L - 2) eta eps / rho`` (Bernoulli's inequality on each step's
+    factors). Tried at 8 values of ``eps``. Compared in logs."""
     Lp = jnp.maximum(L, 3.0)
     others = jnp.arange(s.shape[0]) != w
     log_q = jnp.where(others, log_x - log_x[w], -jnp.inf)
@@ -434,8 +436,6 @@ def _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta=None):
     now = (theta_now < Lp) & jnp.all(
         log_q <= (Lp - 1) * jnp.log1p(-jnp.minimum(theta_now / Lp, 1.0))
     )
-    if eta is not None:
-        return (L >= 3) & now
     r_w = jnp.exp(jnp.log(rho) + log_c + log_x[w])
     eps_hi = 1 - jnp.exp(jnp.max(log_q) / (Lp - 1))
     log_mu = log_x - (Lp - 2) * s
@@ -446,6 +446,8 @@ def _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta=None):
         log_U = jnp.maximum(s[w], (jnp.log(2 * eps) - jnp.log(rho) - log_mu[w]) / (Lp - 2))
         theta = jnp.exp(log_theta(log_U))
         log_b = log_mu - log_mu[w] - log_keep
+        if eta is not None:  # a step's Y_w falls by 1 + (L - 2) h x_w <= 1 + (L-2) eta eps/rho less
+            log_b = log_b + jnp.log1p((Lp - 2) * eta * eps / rho)
         q = jnp.exp(jnp.minimum(log_q - log_keep, 0.0))
         spread = jnp.exp(-(Lp - 2) * (s - log_U))  # Y_j / Y_U
         ratio = jnp.exp(log_mu - log_mu[w]) / (spread * (1 - q) + jnp.exp(log_b))

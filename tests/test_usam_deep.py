@@ -123,7 +123,7 @@ def test_a_minor_with_the_largest_rate_keeps_the_lead(depth):
 @pytest.mark.parametrize("depth", [3, 4])
 def test_a_wide_lead_flow_and_step_keep_the_major_ahead(depth):
     """Where USAM's lead certificate holds although (bound) and (fall) fail (L rho sup phi
-    > 1: the *wide* lead, flow in two phases, step by its second), the flow (DOP853 in the
+    > 1: the *wide* lead, in two phases), the flow (DOP853 in the
     time dsigma = max_j x_j dtau, to a blow-up or sigma 400) and the step map read every
     step for 2,000 steps (eta 0.01, 0.3, 2) never hand the lead on."""
     rng = np.random.default_rng(70 + depth)
