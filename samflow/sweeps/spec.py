@@ -47,8 +47,9 @@ SUMMARY_RECORD_VALUES = 6
 LABELS = "limit-5"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
 labelled under another meaning (limit-4: before USAM's finite limits and leads beyond the
-region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam; limit-3: before the take-over at every depth and the
-labels of stalled tied starts, docs/theory/regimes.md#takeover-at-every-depth; limit-2:
+region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam; limit-3: before the
+take-over at every depth and the labels of stalled tied starts,
+docs/theory/regimes.md#takeover-at-every-depth; limit-2:
 before the take-over certificate,
 docs/theory/regimes.md#takeover-certificate; limit-1: before discrete leader paths were read
 after every step; earlier: before docs/theory/regimes.md#labels-of-the-limit) are never
