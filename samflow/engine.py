@@ -410,7 +410,7 @@ def _discrete_fate(
     )
     takeover = takeover | tied_lead
     collapsed = certified & (code == fates.COLLAPSE)
-    finite = certified & (code == fates.FINITE)  # linf-SAM's step at odd L
+    finite = certified & (code == fates.FINITE)  # linf-SAM's step at odd L, USAM
     fate = jnp.select(
         [collapsed, finite, settled, takeover],
         [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER],

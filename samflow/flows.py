@@ -837,8 +837,10 @@ def integrate(
         # The blow-up's winner is the largest x_j = mu_j u_j^(L-2), whoever leads where
         # the solve stopped (docs/theory/regimes.md#blow-up-winner): where another
         # coordinate leads there, the race is not over. The major wins it: the major's
-        # take-over (sequential or returned); a minor: not labelled here.
-        log_x = jnp.log(problem.X[0]) + (depth - 2) * y_end
+        # take-over (sequential or returned); a minor: not labelled here. The flow keeps
+        # the order of x, so it is read at the start, exactly, not from a solved state
+        # in which the gaps may have shrunk below the solver's error.
+        log_x = jnp.log(problem.X[0]) + (depth - 2) * y0
         winner = top(log_x)
         racing = winner != top(f.log_beta(y_end))
         the_major = jnp.argmax(problem.X[0]) + 1 if major is None else jnp.asarray(major)

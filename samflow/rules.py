@@ -158,6 +158,7 @@ def _log_form(
     step_collapse: Callable[[Array, Array, Array], Array] | None = None,
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
     lead: Callable[..., tuple[Array, Array]] | None = None,
+    finite: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -175,6 +176,9 @@ def _log_form(
     None) or the discrete balanced step; where ``overtakes`` (used at L >= 3), the major
     also takes the lead within finite time, whoever leads now
     (docs/theory/regimes.md#takeover-at-every-depth); None: none beyond the region at L = 2.
+    ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
+    ``L >= 3`` provably converges to a finite nonzero point
+    (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
     """
 
     def field(tau, s, args):
@@ -244,6 +248,11 @@ def _log_form(
             taking = (depth >= 3) & overtakes & (code != _fate.COLLAPSE)
             code = jnp.where(taking, _fate.TAKES_OVER, code)
             winner = jnp.where(taking, _major(mu), winner)
+        if finite is not None:
+            # L >= 3: every u_j grows to a point where every r_j = 1 (it excludes the
+            # lead certificates: a winner keeps the largest x, which no such point has).
+            converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
+            code = jnp.where(converges, _fate.FINITE, code)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -356,41 +365,151 @@ def _l2_shares_kept(s, mu, L, rho):
 
 def _usam_lead(s, mu, L, rho, eta=None):
     """USAM's lead certificates at every depth
-    (docs/theory/regimes.md#lead-certificates-at-every-depth), the major ``a`` leading
-    (``c = sigmoid(-z)``, ``z = sum_k mu_k u_k^L``, ``x_j = mu_j u_j^(L-2)``). In the region
-    ``L rho c x_a <= 1`` every ``d log u_j/dtau = x_j (1 - rho c x_j)^(L-1)`` (and every
-    step factor ``1 + h`` times it) is nonnegative and ordered as ``x``: the lead holds
-    and every ``u_j``, so ``z``, grows while the region holds. It holds for ever where
+    (docs/theory/regimes.md#lead-certificates-at-every-depth), for the coordinate ``w``
+    with the largest rate variable (``c = sigmoid(-z)``, ``z = sum_k mu_k u_k^L``, ``x_j =
+    mu_j u_j^(L-2)``; the major wherever the major leads; where no one ``x`` is largest,
+    the major), ``w`` leading. In the region ``L rho c x_w <= 1`` every ``d log
+    u_j/dtau = x_j (1 - rho c x_j)^(L-1)`` (and every step factor ``1 + h`` times it) is
+    nonnegative and ordered as ``x``, and ``x_w / x_j = (mu_w / mu_j) (u_w / u_j)^(L-2)``
+    does not fall: the lead and the largest ``x`` stay with ``w``, and every ``u_j``, so
+    ``z``, grows while the region holds. It holds for ever where
 
-    - (bound) ``L rho phi <= 1``, ``phi`` the largest ``mu_a v^(L-2) sigmoid(-mu_a v^L)``
-      over ``v >= u_a`` (``c x_a`` is at most that, as ``z >= mu_a u_a^L`` and ``u_a``
-      never falls); with ``w = mu_a v^L`` it is ``mu_a^(2/L) w^p sigmoid(-w)``, ``p = 1 -
-      2/L``, unimodal in ``w`` with its top at ``w* = p (1 + e^-w*)`` (a contraction);
-    - (fall) ``L rho c x_a <= 1`` and ``(1 - c) L mu_a u_a^L >= L - 2``: then ``c u_a^(L-2)``
-      does not rise (flow: its log's rate is at most ``F(x_a) ((L - 2) - (1 - c) L mu_a
-      u_a^L)``; step: by the concavity of ``log sigmoid(-z)`` and ``q^L - 1 >= L log q``).
+    - (bound) ``L rho phi <= 1``, ``phi`` the largest ``mu_w v^(L-2) sigmoid(-mu_w v^L)``
+      over ``v >= u_w`` (``c x_w`` is at most that, as ``z >= mu_w u_w^L`` and ``u_w``
+      never falls); with ``y = mu_w v^L`` it is ``mu_w^(2/L) y^p sigmoid(-y)``, ``p = 1 -
+      2/L``, unimodal in ``y`` with its top at ``y* = p (1 + e^-y*)`` (a contraction);
+    - (fall) ``L rho c x_w <= 1`` and ``(1 - c) L mu_w u_w^L >= L - 2``: then ``c u_w^(L-2)``
+      does not rise (flow: its log's rate is at most ``F(x_w) ((L - 2) - (1 - c) L mu_w
+      u_w^L)``; step: by the concavity of ``log sigmoid(-z)`` and ``q^L - 1 >= L log q``).
 
     Take-over (third value, L >= 3): (bound) or (fall) with the region's inequality strict,
-    and ``x_k < x_a`` for every other ``k``, whoever leads
+    and ``x_k < x_a`` for every other ``k`` (so ``w`` is the major ``a``), whoever leads
     (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
-    a = jnp.argmax(mu)
     log_mu = jnp.log(mu)
+    log_x = log_mu + (L - 2) * s
+    top = jnp.argmax(log_x)
+    w = jnp.where(jnp.sum(log_x == log_x[top]) == 1, top, jnp.argmax(mu))
     log_L, log_rho = jnp.log(L), jnp.log(rho)
     z = jnp.exp(jax.nn.logsumexp(log_mu + L * s))
     log_c, log_1mc = -jax.nn.softplus(z), -jax.nn.softplus(-z)  # log c, log (1 - c)
-    inside_by = log_L + log_rho + log_c + log_mu[a] + (L - 2) * s[a]
+    inside_by = log_L + log_rho + log_c + log_x[w]
     inside = inside_by <= 0
-    fall = log_1mc + log_L + log_mu[a] + L * s[a] >= jnp.log(jnp.maximum(L - 2, 0.0))
+    fall = log_1mc + log_L + log_mu[w] + L * s[w] >= jnp.log(jnp.maximum(L - 2, 0.0))
     p = 1 - 2 / L
-    top = p
-    for _ in range(40):  # w* = p (1 + e^-w*): |slope| <= p e^-w < 1, 40 steps to 1e-12 and less
-        top = p * (1 + jnp.exp(-top))
-    w = jnp.maximum(jnp.exp(log_mu[a] + L * s[a]), top)
-    log_phi = (2 / L) * log_mu[a] + p * jnp.log(jnp.maximum(w, jnp.finfo(s.dtype).tiny))
-    bound_by = log_L + log_rho + log_phi - jax.nn.softplus(w)
-    holds = (bound_by <= 0) | (inside & fall)
+    peak = p
+    for _ in range(40):  # y* = p (1 + e^-y*): |slope| <= p e^-y < 1, 40 steps to 1e-12 and less
+        peak = p * (1 + jnp.exp(-peak))
+
+    def log_theta(log_v):  # log of L rho sup_{v' >= v} phi(v')
+        y = jnp.maximum(jnp.exp(log_mu[w] + L * log_v), peak)
+        log_phi = (2 / L) * log_mu[w] + p * jnp.log(jnp.maximum(y, jnp.finfo(s.dtype).tiny))
+        return log_L + log_rho + log_phi - jax.nn.softplus(y)
+
+    bound_by = log_theta(s[w])
+    holds = (
+        (bound_by <= 0) | (inside & fall) | _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta)
+    )
     strict = (bound_by < 0) | ((inside_by < 0) & fall)
-    return holds, _major(mu), (L >= 3) & strict & _ahead_in_rate(s, mu, L)
+    overtakes = (L >= 3) & strict & _ahead_in_rate(s, mu, L)
+    return holds, w + 1, overtakes
+
+
+def _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta=None):
+    """USAM's lead of ``w`` (the leader, with the largest ``x``) beyond the region, L >= 3
+    (docs/theory/regimes.md#usam-wide-lead). With ``theta = L rho sup_{v >= u_w} phi(v) <
+    L``, ``rho c x_w <= theta / L`` for ever, so ``F(x_w) >= (1 - theta/L)^(L-1) x_w``, and
+    ``F(x_j) <= x_j``: ``w`` keeps the lead where every ``x_j <= (1 - theta/L)^(L-1) x_w``
+    (flow and step: that ratio then only falls). Flow, more (*two phases*): while ``r_w =
+    rho c x_w <= eps`` (``eps >= r_w`` now, ``x_j <= (1 - eps)^(L-1) x_w``) ``w`` keeps the
+    lead and ``Y_j = u_j^-(L-2)`` falls at most ``b_j = mu_j / (mu_w (1 - eps)^(L-1))`` times
+    as fast as ``Y_w``; the phase ends (if ever) with ``u_w >= U = max(u_w, (2 eps / (rho
+    mu_w))^(1/(L-2)))``, where ``x_j / x_w <= (mu_j / mu_w) / ((Y_j / Y_U) (1 - q_j) + b_j)``,
+    ``q_j = x_j / (x_w (1 - eps)^(L-1))``, and the first condition at ``theta(U)`` then holds.
+    Discrete step: the same, the phase being ``u_w <= (2 eps / (rho mu_w))^(1/(L-2))``, with
+    ``b_j`` times ``1 + (L - 2) eta eps / rho`` (Bernoulli's inequality on each step's
+    factors). Tried at 8 values of ``eps``. Compared in logs."""
+    Lp = jnp.maximum(L, 3.0)
+    others = jnp.arange(s.shape[0]) != w
+    log_q = jnp.where(others, log_x - log_x[w], -jnp.inf)
+    log_theta_now = log_theta(s[w])
+    theta_now = jnp.exp(log_theta_now)
+    now = (theta_now < Lp) & jnp.all(
+        log_q <= (Lp - 1) * jnp.log1p(-jnp.minimum(theta_now / Lp, 1.0))
+    )
+    r_w = jnp.exp(jnp.log(rho) + log_c + log_x[w])
+    eps_hi = 1 - jnp.exp(jnp.max(log_q) / (Lp - 1))
+    log_mu = log_x - (Lp - 2) * s
+
+    def phases(k, ok):
+        eps = r_w + (eps_hi - r_w) * (k + 1) / 8
+        log_keep = (Lp - 1) * jnp.log1p(-jnp.minimum(eps, 1.0))  # log (1 - eps)^(L-1)
+        log_U = jnp.maximum(s[w], (jnp.log(2 * eps) - jnp.log(rho) - log_mu[w]) / (Lp - 2))
+        theta = jnp.exp(log_theta(log_U))
+        log_b = log_mu - log_mu[w] - log_keep
+        if eta is not None:  # a step's Y_w falls by 1 + (L - 2) h x_w <= 1 + (L-2) eta eps/rho less
+            log_b = log_b + jnp.log1p((Lp - 2) * eta * eps / rho)
+        q = jnp.exp(jnp.minimum(log_q - log_keep, 0.0))
+        spread = jnp.exp(-(Lp - 2) * (s - log_U))  # Y_j / Y_U
+        ratio = jnp.exp(log_mu - log_mu[w]) / (spread * (1 - q) + jnp.exp(log_b))
+        later = jnp.log(ratio) <= (Lp - 1) * jnp.log1p(-jnp.minimum(theta / Lp, 1.0))
+        good = (eps > r_w) & (eps < 1) & (theta < Lp) & jnp.all(~others | later)
+        return ok | good
+
+    two = jax.lax.fori_loop(0, 8, phases, jnp.zeros((), bool))
+    return (L >= 3) & (now | (two & (eps_hi > r_w)))
+
+
+def _usam_finite(s, mu, L, rho, eta=None):
+    """Where USAM at ``L >= 3`` provably converges to a finite nonzero point
+    (docs/theory/regimes.md#finite-limits-of-usam): every ``r_j = rho c x_j <= 1`` (``c =
+    sigmoid(-z)``, ``x_j = mu_j u_j^(L-2)``) and ``z <= Z`` with ``h(Z) < Z``, ``h(z) = K
+    (1 + e^z)^q``, ``q = L / (L - 2)``, ``K = sum_j mu_j (rho mu_j)^-q``. The set of all
+    ``r_j <= 1`` is never left and every ``u_j`` grows in it; there ``z <= h(z)`` (``u_j^(L-2)
+    <= 1 / (rho c mu_j)``), so ``z`` cannot pass ``Z``: ``u`` grows to a bounded limit, a
+    point where every ``r_j = 1``. ``Z`` is the minimum of the convex ``h(z) - z`` (Newton
+    on ``log K + log q + (q - 1) softplus(l) + l = 0``, ``l = log t``, ``t = e^Z``, from
+    above). Discrete step (``eta`` given): also ``(L - 2) m_L gamma <= 1`` (a step keeps every
+    ``r_j <= 1``) and ``z_1 (1 + gamma')^L <= Z`` (it cannot jump past ``Z``), ``gamma =
+    eta (1 + e^Z) / (2 rho)``, ``m_L = max_r r (1 - r)^(L-2)``, ``gamma' = gamma max_r r (1 -
+    r)^(L-1)``, ``z_1 <=`` the left root of ``h(z) = z`` (by bisection). Compared in logs."""
+    tiny = jnp.finfo(s.dtype).tiny
+    Lp = jnp.maximum(L, 3.0)  # q is finite at L >= 3 only (L = 2 masked by the caller)
+    log_mu = jnp.log(mu)
+    q = Lp / (Lp - 2)
+    log_K = jax.nn.logsumexp(log_mu - q * (jnp.log(rho) + log_mu))
+    log_z = jax.nn.logsumexp(log_mu + Lp * s)
+    log_r = jnp.log(rho) + _usam_log_c(log_mu, s, Lp) + log_mu + (Lp - 2) * s
+
+    def newton(_, l):
+        G = log_K + jnp.log(q) + (q - 1) * jax.nn.softplus(l) + l
+        return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
+
+    # G >= 0 at the start: Newton from above on the convex G; a loop, not unrolled (the
+    # certificate sits in every compiled USAM program).
+    Z = jax.lax.fori_loop(
+        0, 60, newton, -(log_K + jnp.log(q))
+    )  # t = e^Z solves K q (1 + t)^(q - 1) t = 1: the top of z - h(z)
+    log_h = log_K + q * jax.nn.softplus(Z)
+    gap = (Z > 0) & (log_h < jnp.log(jnp.maximum(Z, tiny)))
+    holds = gap & jnp.all(log_r <= 0) & (log_z <= jnp.log(jnp.maximum(Z, tiny)))
+    if eta is None:
+        return holds
+
+    def halve(_, bracket):  # h(lo) > lo, h(hi) < hi: the left root lies between
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        above = log_K + q * jax.nn.softplus(mid) > jnp.log(jnp.maximum(mid, tiny))
+        return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
+
+    _, hi = jax.lax.fori_loop(0, 60, halve, (jnp.zeros_like(Z), Z))
+    gamma = eta * (1 + jnp.exp(Z)) / (2 * rho)
+    m_L = (Lp - 2) ** (Lp - 2) / (Lp - 1) ** (Lp - 1)  # max_r r (1 - r)^(L-2)
+    m_next = (Lp - 1) ** (Lp - 1) / Lp**Lp  # max_r r (1 - r)^(L-1)
+    kept = (Lp - 2) * m_L * gamma <= 1
+    no_jump = jnp.log(jnp.maximum(hi, tiny)) + Lp * jnp.log1p(gamma * m_next) <= jnp.log(
+        jnp.maximum(Z, tiny)
+    )
+    return holds & kept & no_jump
 
 
 def _l2_step_collapse(mu, rho, eta):
@@ -787,7 +906,7 @@ USAM = PerturbationRule(
     "usam",
     _usam_direction,
     False,
-    _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead),
+    _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead, finite=_usam_finite),
     layers_alike=_usam_alike,
 )
 r"""Unnormalised SAM (USAM), a control: \(\varepsilon = g\) (not scale invariant)."""

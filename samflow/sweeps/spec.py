@@ -46,9 +46,12 @@ SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
 LABELS = "limit-5"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
-labelled under another meaning (limit-4: before linf-SAM's discrete-step certificates,
-docs/theory/regimes.md#linf-sam-discrete-step; limit-3: before the take-over at every depth and the
-labels of stalled tied starts, docs/theory/regimes.md#takeover-at-every-depth; limit-2:
+labelled under another meaning (limit-4: before this stop's certificates: linf-SAM's
+discrete step, docs/theory/regimes.md#linf-sam-discrete-step, USAM's finite limits and leads
+beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's second
+collapse certificate and the blow-up's winner; limit-3: before the
+take-over at every depth and the labels of stalled tied starts,
+docs/theory/regimes.md#takeover-at-every-depth; limit-2:
 before the take-over certificate,
 docs/theory/regimes.md#takeover-certificate; limit-1: before discrete leader paths were read
 after every step; earlier: before docs/theory/regimes.md#labels-of-the-limit) are never

@@ -1,0 +1,262 @@
+"""USAM at L >= 3 (docs/theory/regimes.md#finite-limits-of-usam and the lead certificate of
+the coordinate with the largest rate variable) against independent float64 computations
+written here: SciPy DOP853 flows (rtol 1e-11, log space), NumPy loops of the balanced step
+map read every step, and the finite limit found by SciPy's brentq from its own equation.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
+
+import samflow
+from samflow import fate as fates
+from samflow.rules import USAM
+
+
+def _certify(s, mu, depth, rho, eta=None):
+    """USAM's certificate over states s [n, d], mu [n, d] (one program)."""
+
+    def one(s_, mu_):
+        return USAM.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
+
+    code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
+    return np.asarray(code), np.asarray(winner)
+
+
+def _c(u, mu, L):
+    return 1.0 / (1.0 + np.exp(min(np.sum(mu * np.abs(u) ** L), 700.0)))
+
+
+def _flow(mu, s0, L, rho, tau, top=60.0, clock=None):
+    """DOP853 of ds_j/dtau = x_j (1 - rho c x_j)^(L-1), to tau or L max s = top: (t, s).
+    ``clock`` (np.min or np.max): in the time sigma, dsigma = clock_j x_j dtau (the same
+    path, at rates of order 1 however small u is), to sigma = tau."""
+
+    def f(t, s):
+        u = np.exp(s)
+        x = mu * u ** (L - 2)
+        field = x * (1 - rho * _c(u, mu, L) * x) ** (L - 1)
+        return field / clock(x) if clock else field
+
+    def high(t, s):
+        return top - L * np.max(s)
+
+    high.terminal = True
+    sol = solve_ivp(f, (0, tau), s0, method="DOP853", rtol=1e-11, atol=1e-13, events=high)
+    assert sol.status >= 0
+    return sol.t, sol.y
+
+
+def _step(mu, u, L, rho, eta):
+    """One balanced step of the logistic loss, u [n, d]: u' = u + eta |l'(z~)| mu w~^(L-1),
+    w~ = u - rho |l'(z)| m, m = mu u^(L-1)."""
+    z = np.minimum(np.sum(mu * u**L, axis=1, keepdims=True), 700.0)
+    w = u - rho * mu * u ** (L - 1) / (1.0 + np.exp(z))
+    zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+    return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+
+
+def _fixed_point(mu, L, rho):
+    """The finite limit's u (every r_j = rho c mu_j u_j^(L-2) = 1) with the larger c, or
+    None: c = sigmoid(-z(c)), z(c) = sum_j mu_j (rho c mu_j)^(-L/(L-2)), by brentq."""
+    q = L / (L - 2)
+
+    def gap(log_c):
+        c = np.exp(log_c)
+        z = np.sum(mu * (rho * c * mu) ** (-q))
+        return log_c + np.logaddexp(0.0, z)  # log c - log sigmoid(-z)
+
+    grid = np.linspace(np.log(0.5), -40.0, 4001)
+    values = np.array([gap(g) for g in grid])
+    # From c = 1/2 down: gap > 0 there (sigmoid(-z) < 1/2); the first sign change is E1.
+    change = np.nonzero(values[1:] <= 0)[0]
+    if len(change) == 0:
+        return None
+    k = change[0]
+    c = np.exp(brentq(gap, grid[k + 1], grid[k], xtol=1e-15))
+    return (1.0 / (rho * c * mu)) ** (1.0 / (L - 2))
+
+
+def _minor_leading(rng, n, L):
+    """Random mu [n, 4] and states where a minor coordinate leads with the largest x."""
+    mus, ss = [], []
+    while len(mus) < n:
+        mu = rng.uniform(0.2, 5.0, size=4)
+        u = np.exp(rng.uniform(-1.0, 1.5, size=4))
+        x = mu * u ** (L - 2)
+        if np.argmax(u) == np.argmax(x) != np.argmax(mu) and np.sort(u)[-2] < 0.99 * np.max(u):
+            mus.append(mu)
+            ss.append(np.log(u))
+    return np.array(mus), np.array(ss)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_minor_with_the_largest_rate_keeps_the_lead(depth):
+    """Where USAM's lead certificate names a minor leader (the largest x_j), the flow to a
+    blow-up or tau 50 and the step map read every step for 1,500 steps (eta 0.01, 0.3, 2)
+    never hand the lead on."""
+    rng = np.random.default_rng(40 + depth)
+    rho = 0.7
+    mu, s = _minor_leading(rng, 24, depth)
+    lead = np.argmax(s, axis=1) + 1
+    code, winner = _certify(s, mu, depth, rho)
+    fired = np.nonzero(code == fates.LEADS)[0]
+    assert len(fired) >= 8, f"only {len(fired)} of 24 sampled states certified"
+    assert np.array_equal(winner[fired], lead[fired])
+    for k in fired:
+        _, path = _flow(mu[k], s[k], depth, rho, 50.0)
+        assert np.all(np.argmax(path, axis=0) + 1 == winner[k]), k
+    for eta in (0.01, 0.3, 2.0):
+        code, winner = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        fired = np.nonzero(code == fates.LEADS)[0]
+        assert len(fired) >= 8, (eta, len(fired))
+        u = np.exp(s[fired])
+        for _ in range(1500):
+            u = _step(mu[fired], u, depth, rho, eta)
+            u = np.where(np.isfinite(u), u, 1e300)  # past overflow: frozen, leader kept
+            assert np.array_equal(np.argmax(u, axis=1) + 1, winner[fired]), eta
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_wide_lead_flow_and_step_keep_the_major_ahead(depth):
+    """Where USAM's lead certificate holds although (bound) and (fall) fail (L rho sup phi
+    > 1: the *wide* lead, in two phases), the flow (DOP853 in the
+    time dsigma = max_j x_j dtau, to a blow-up or sigma 400) and the step map read every
+    step for 1,000 steps (eta 0.01, 0.3, 2) never hand the lead on."""
+    rng = np.random.default_rng(70 + depth)
+    rho = 0.8
+    mu = rng.uniform(0.3, 4.0, size=(32, 4))
+    a = np.argmax(mu, axis=1)
+    u = np.exp(rng.uniform(-9.0, -1.0, size=(32, 4)))
+    u[::2] = np.min(u[::2], axis=1, keepdims=True)  # uniform starts
+    u[np.arange(32), a] = np.max(u, axis=1)  # the major leads
+    s = np.log(u)
+    L = depth
+    p = 1 - 2 / L
+    y = np.maximum(mu[np.arange(32), a] * u[np.arange(32), a] ** L, 0.0)
+    grid = y[:, None] * np.geomspace(1.0, 1e6, 4001)[None] + 1e-300
+    phi = mu[np.arange(32), a][:, None] ** (2 / L) * grid**p / (1 + np.exp(np.minimum(grid, 700)))
+    beyond = L * rho * np.max(phi, axis=1) > 1  # (bound) fails; (fall) fails at small u
+    code, winner = _certify(s, mu, depth, rho)
+    fired = np.nonzero((code == fates.LEADS) & beyond)[0]
+    assert len(fired) >= 6, f"only {len(fired)} of 32 sampled states certified beyond (bound)"
+    assert np.all(winner[fired] == a[fired] + 1)
+    for k in fired:
+        _, path = _flow(mu[k], s[k], depth, rho, 400.0, clock=np.max)
+        leads = np.argmax(path, axis=0) + 1
+        top = np.max(path, axis=0)
+        led = path[a[k]] >= top  # ties at a uniform start: the major is among the top
+        assert np.all(led | (leads == winner[k])), k
+    for eta in (0.01, 0.3, 2.0):
+        code, winner = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        fired = np.nonzero((code == fates.LEADS) & beyond)[0]
+        if eta == 0.01:
+            assert len(fired) >= 2, len(fired)
+        v, rows = np.exp(s[fired]), np.arange(len(fired))
+        for _ in range(1000):
+            v = _step(mu[fired], v, depth, rho, eta)
+            v = np.where(np.isfinite(v), v, 1e300)
+            assert np.all(v[rows, a[fired]] >= np.max(v, axis=1)), eta
+
+
+def _finite_states(rng, n, L, rho):
+    """Uniform and random small starts below the finite limit of random mu."""
+    mus, ss = [], []
+    while len(mus) < n:
+        mu = rng.uniform(0.3, 4.0, size=4)
+        star = _fixed_point(mu, L, rho)
+        if star is None:
+            continue
+        u = star * np.exp(rng.uniform(-3.0, -0.05, size=4))
+        if len(mus) % 3 == 0:
+            u = np.full(4, np.min(u))
+        mus.append(mu)
+        ss.append(np.log(u))
+    return np.array(mus), np.array(ss)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_certified_finite_flow_converges_to_the_fixed_point(depth):
+    """Where USAM's certificate says FINITE, the flow (DOP853, in the time sigma,
+    dsigma = min_j x_j dtau, to 2,000: the approach is slow, (1 - r)^(L-1) vanishes there)
+    never lets any r_j pass 1 nor any u_j fall, stays below the fixed point found by
+    brentq and ends within 5% of it; and the certificate is never given where that fixed
+    point does not exist."""
+    rng = np.random.default_rng(50 + depth)
+    rho = 4.0 if depth == 3 else 12.0
+    mu, s = _finite_states(rng, 12, depth, rho)
+    code, _ = _certify(s, mu, depth, rho)
+    fired = np.nonzero(code == fates.FINITE)[0]
+    assert len(fired) >= 8, f"only {len(fired)} of 12 sampled states certified"
+    for k in fired:
+        star = _fixed_point(mu[k], depth, rho)
+        _, path = _flow(mu[k], s[k], depth, rho, 2e3, clock=np.min)
+        u = np.exp(path)
+        assert np.all(np.diff(path, axis=1) >= -1e-12), k  # no u_j falls
+        c = np.array([_c(u[:, i], mu[k], depth) for i in range(u.shape[1])])
+        r = rho * c * mu[k][:, None] * u ** (depth - 2)
+        assert np.all(r <= 1 + 1e-9), k
+        # 1e-7: DOP853's local error at rtol 1e-11 near a point where the field vanishes
+        assert np.all(u <= star[:, None] * (1 + 1e-7)), k
+        assert np.all(u[:, -1] >= 0.95 * star), (k, u[:, -1] / star)
+    # No fixed point (rho small): never FINITE.
+    low = np.array([_fixed_point(m, depth, 0.3) is None for m in mu])
+    code, _ = _certify(s, mu, depth, 0.3)
+    assert np.all(low) and not np.any(code == fates.FINITE)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_certified_finite_step_map_converges_to_the_fixed_point(depth):
+    """The discrete FINITE certificate (eta 0.5 and 2): the step map read every step
+    for 4,000 steps keeps every r_j <= 1, every u_j nondecreasing and below the fixed
+    point, and closes at least half of sum_j log(u*_j / u_j) (the flow test checks the
+    limit itself: the step's slow coordinates need ~u^-(L-2) in tau, as GD's)."""
+    rng = np.random.default_rng(60 + depth)
+    rho = 4.0 if depth == 3 else 12.0
+    mu, s = _finite_states(rng, 12, depth, rho)
+    star = np.array([_fixed_point(m, depth, rho) for m in mu])
+    for eta in (0.5, 2.0):
+        code, _ = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        fired = np.nonzero(code == fates.FINITE)[0]
+        assert len(fired) >= 8, (eta, len(fired))
+        u, m_ = np.exp(s[fired]), mu[fired]
+        gap0 = np.sum(np.log(star[fired] / u), axis=1)
+        for _ in range(4000):
+            new = _step(m_, u, depth, rho, eta)
+            assert np.all(new >= u), eta
+            u = new
+            c = 1.0 / (1.0 + np.exp(np.sum(m_ * u**depth, axis=1, keepdims=True)))
+            assert np.all(rho * c * m_ * u ** (depth - 2) <= 1 + 1e-12), eta
+        assert np.all(u <= star[fired] * (1 + 1e-12)), eta
+        gap = np.sum(np.log(star[fired] / u), axis=1)
+        assert np.all(gap <= 0.5 * gap0), (eta, np.max(gap / gap0))
+
+
+def test_the_engine_labels_the_finite_limit():
+    """The engine's flow and discrete sweeps (L = 3 and 4 in one program each) from a
+    uniform start below the fixed point are labelled finite (limit_coord -2); a NumPy run
+    of the map 50 times longer never lets an r_j pass 1 nor a u_j fall, and stays below the
+    fixed point."""
+    mu = np.array([1.0, 2.0, 3.0, 4.0])
+    rho, alpha, eta, steps = 15.0, 0.02, 0.05, 400
+    for runner in (samflow.Flow(tau_max=20.0), samflow.Discrete(eta=eta, steps=steps)):
+        ds = samflow.sweep(
+            "usam", depth=3, mu=list(mu), alpha=alpha, rho=rho, axes={"depth": [3, 4]},
+            runner=runner,
+        )  # fmt: skip
+        meanings = ds["regime"].attrs["flag_meanings"].split()
+        assert [meanings[int(k) + 1] for k in ds["regime"].values] == ["finite", "finite"]
+        assert np.all(ds["limit_coord"].values == -2)
+    for depth in (3, 4):
+        star = _fixed_point(mu, depth, rho)
+        u = np.full((1, 4), alpha)
+        for _ in range(50 * steps):
+            new = _step(mu[None], u, depth, rho, eta)
+            assert np.all(new >= u)
+            u = new
+            c = 1.0 / (1.0 + np.exp(np.sum(mu * u**depth)))
+            assert np.all(rho * c * mu * u ** (depth - 2) <= 1 + 1e-12)
+        assert np.all(u <= star * (1 + 1e-12))
