@@ -16,7 +16,6 @@ from samflow.regimes import (
     LIMIT_FINITE,
     LIMIT_OPEN,
     RETURNED,
-    SHRINKING,
     UNRESOLVED,
 )
 
@@ -159,14 +158,16 @@ def test_odd_depth_linf_below_rho_is_a_finite_limit():
     assert np.all(ds["beta"].values[-1] / rho**3 > 0.99)
 
 
-def test_depth_4_near_collapse_stays_unresolved_while_shrinking():
-    """l2-SAM at L = 4, alpha = 0.01, rho = 0.1: shrinking at tau = 50, not yet collapsed;
-    neither the collapse certificate (max u above its bound) nor a lead certificate (the
-    major below sqrt(L) rho) holds there, so no label."""
+def test_depth_4_near_collapse_is_decided_before_max_u_falls():
+    """l2-SAM at L = 4, alpha = 0.01, rho = 0.1: by tau = 50 max u is still above the first
+    collapse certificate's bound (it was unresolved, shrinking), but every r_j >= 1
+    holds with u below the fixed point u*: the second certificate says collapse
+    (docs/theory/regimes.md#collapse-certificates; checked against SciPy by
+    test_l2_collapses_are_still_collapse, alpha 0.01 there)."""
     ds = samflow.trajectory(
         "sam-l2", depth=4, mu=MU, alpha=0.01, rho=0.1, runner=samflow.Flow(tau_max=50.0)
     )
-    assert int(ds["regime"]) == UNRESOLVED and int(ds["unresolved_reason"]) == SHRINKING
+    assert int(ds["regime"]) == samflow.regimes.COLLAPSE
 
 
 def _norm_m(s):
@@ -292,7 +293,7 @@ def test_usam_is_collapse_only_where_it_collapses():
 
 
 @pytest.mark.parametrize(
-    ("depth", "rho", "alphas"), [(2, 1.0, [0.05, 0.3]), (4, 0.1, [2e-3, 5e-3])]
+    ("depth", "rho", "alphas"), [(2, 1.0, [0.05, 0.3]), (4, 0.1, [2e-3, 5e-3, 0.01])]
 )
 def test_l2_collapses_are_still_collapse(depth, rho, alphas):
     """l2-SAM, uniform alpha well below the collapse edge (0.384 at L = 2, rho = 1; about
