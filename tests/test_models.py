@@ -422,11 +422,12 @@ def test_default_sweep_key_is_unchanged():
     with the key's format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
     81fb7a2dbd049a4a before), and again with LABELS limit-2 (leader paths read every step;
     62a32c67d12c5dc1 before), limit-3 (the take-over certificate; c2ae2e6a1ebffd2d
-    before) and limit-4 (the take-over at every depth; 0fae938522ff0d83 before), so that
-    no chunk of an old key is ever resumed."""
+    before), limit-4 (the take-over at every depth; 0fae938522ff0d83 before) and limit-5
+    (l2-SAM's lead certificate for a minor leader with the largest rate; fc35857ad47a4be8
+    before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert spec.summaries is None and spec.key() == "fc35857ad47a4be8"
+    assert spec.summaries is None and spec.key() == "a0a15563a571e89d"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 

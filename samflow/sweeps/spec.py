@@ -44,9 +44,11 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-4"
+LABELS = "limit-5"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
-labelled under another meaning (limit-3: before the take-over at every depth and the
+labelled under another meaning (limit-4: before l2-SAM's lead certificate named a minor
+leader with the largest rate, docs/theory/regimes.md#lead-certificates-at-every-depth;
+limit-3: before the take-over at every depth and the
 labels of stalled tied starts, docs/theory/regimes.md#takeover-at-every-depth; limit-2:
 before the take-over certificate,
 docs/theory/regimes.md#takeover-certificate; limit-1: before discrete leader paths were read
