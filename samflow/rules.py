@@ -332,9 +332,44 @@ def _l2_lead(s, mu, L, rho, eta=None):
     bound = jnp.log(rho) + 0.5 * jnp.log(L)
     gap = s[jnp.argmax(mu)] - bound
     leads = (fastest & (s[w] >= bound)) | _l2_shares_kept(s, mu, L, rho, w)
+    leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
     shares = _l2_shares_kept(s, mu, L, rho)
     ahead = _ahead_in_rate(s, mu, L)
     return leads, w + 1, (L >= 3) & ((gap > 0) | shares) & ahead
+
+
+def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
+    r"""Where the leader ``w`` of l2-SAM (L >= 3), below ``u_w = sqrt(L) rho``, provably
+    reaches that bound still leading with the largest rate
+    (docs/theory/regimes.md#lead-certificates-at-every-depth, *race to the bound*). With
+    ``n = L - 2`` and ``r_bar = rho / (sqrt(L) u_w) < 1``: ``u_w^-n`` falls at least
+    ``n mu_w kappa / (1 + n eta x_bar)`` per unit of tau (``kappa = (1 - r_bar)^(L-1)``,
+    ``x_bar = mu_w (sqrt(L) rho)^n``; ``eta`` 0 for the flow), and every other ``|u_k|^-n``
+    at most ``n mu_k`` (GD's rate, as ``r_k <= 2`` while ``rho (sqrt(L) rho)^n / (sqrt(L)
+    u_w^(L-1)) <= 2``): two lines in tau each, compared at tau = 0 and where ``w``'s line
+    reaches the bound (a line ahead at both ends is ahead between). Then the lead
+    certificate holds at the bound, so ``w``, once there, leads for ever. Compared in
+    linear space of ``u^-n`` (finite: ``u_w > rho / sqrt(L)``)."""
+    Lp = jnp.maximum(L, 3.0)  # the lines are for L >= 3 (L = 2 masked below)
+    n = Lp - 2
+    log_bound = jnp.log(rho) + 0.5 * jnp.log(Lp)
+    r_bar = jnp.exp(log_bound - jnp.log(Lp) - s[w])  # rho / (sqrt(L) u_w)
+    kappa = jnp.maximum(1 - r_bar, 0.0) ** (Lp - 1)
+    step = 0.0 if eta is None else eta
+    x_bar = mu[w] * jnp.exp(n * log_bound)
+    slope = n * mu[w] * kappa / (1 + n * step * x_bar)
+    small = jnp.exp(jnp.log(rho) + n * log_bound - 0.5 * jnp.log(Lp) - (Lp - 1) * s[w]) <= 2
+    A = jnp.exp(-n * s)  # u_j^-n
+    B = jnp.exp(-n * log_bound)
+    t_end = jnp.maximum(A[w] - B, 0.0) / jnp.where(slope > 0, slope, 1.0)
+    others = jnp.arange(mu.shape[0]) != w
+    ok = jnp.ones((), bool)
+    for t in (0.0, t_end):
+        line_w = A[w] - slope * t
+        line = A - n * mu * t
+        ahead = jnp.all(~others | ((line_w <= line) & (line_w / mu[w] <= line / mu)))
+        ok = ok & ahead
+    return (L >= 3) & (r_bar < 1) & (slope > 0) & small & ok
 
 
 def _l2_shares_kept(s, mu, L, rho, a=None):
