@@ -347,7 +347,8 @@ def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
     ``x_bar = mu_w (sqrt(L) rho)^n``; ``eta`` 0 for the flow), and every other ``|u_k|^-n``
     at most ``n mu_k`` (GD's rate, as ``r_k <= 2`` while ``rho (sqrt(L) rho)^n / (sqrt(L)
     u_w^(L-1)) <= 2``): two lines in tau each, compared at tau = 0 and where ``w``'s line
-    reaches the bound (a line ahead at both ends is ahead between). Then the lead
+    reaches the bound, plus ``eta`` for the step (a line ahead at both ends is ahead
+    between). Then the lead
     certificate holds at the bound, so ``w``, once there, leads for ever. Compared in
     linear space of ``u^-n`` (finite: ``u_w > rho / sqrt(L)``)."""
     Lp = jnp.maximum(L, 3.0)  # the lines are for L >= 3 (L = 2 masked below)
@@ -361,7 +362,9 @@ def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
     small = jnp.exp(jnp.log(rho) + n * log_bound - 0.5 * jnp.log(Lp) - (Lp - 1) * s[w]) <= 2
     A = jnp.exp(-n * s)  # u_j^-n
     B = jnp.exp(-n * log_bound)
-    t_end = jnp.maximum(A[w] - B, 0.0) / jnp.where(slope > 0, slope, 1.0)
+    # the step that carries u_w past the bound starts below it, by tau* at the latest,
+    # and adds h <= eta: the lines must hold to tau* + eta
+    t_end = jnp.maximum(A[w] - B, 0.0) / jnp.where(slope > 0, slope, 1.0) + step
     others = jnp.arange(mu.shape[0]) != w
     ok = jnp.ones((), bool)
     for t in (0.0, t_end):
