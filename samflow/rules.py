@@ -320,29 +320,79 @@ def _gd_lead(s, mu, L, rho, eta=None):
 
 def _l2_lead(s, mu, L, rho, eta=None):
     """l2-SAM's lead certificate at every depth
-    (docs/theory/regimes.md#lead-certificates-at-every-depth): the major ``a`` leads and
-    ``u_a >= sqrt(L) rho``. With ``x_j = mu_j u_j^(L-2)`` and ``M = ||m||_2 / rho``,
-    ``d log u_j/dtau = F(x_j) = x_j (1 - x_j/M)^(L-1)``, increasing on ``[0, M/L]``; and
-    ``||m||_2 >= sqrt(L) mu_a u_a^(L-1)`` gives ``x_a <= M/L`` there, so ``F(x_a) >= F(x_j)
-    >= 0``: the lead and the bound never break (for the discrete step ``u_j' = u_j (1 + h
-    F(x_j))`` too: every factor is in ``[1, 1 + h F(x_a)]``). Below the bound, at L >= 3,
-    where :func:`_l2_shares_kept` holds. Take-over (third value, L >= 3): the bound strict
-    or :func:`_l2_shares_kept`, and ``x_k < x_a`` for every other ``k``, whoever leads
+    (docs/theory/regimes.md#lead-certificates-at-every-depth): the leader ``w`` has the
+    largest rate variable (``x_w >= x_j``, ``x_j = mu_j u_j^(L-2)``; the major wherever the
+    major leads) and ``u_w >= sqrt(L) rho``. With ``M = ||m||_2 / rho``, ``d log u_j/dtau =
+    F(x_j) = x_j (1 - x_j/M)^(L-1)``, increasing on ``[0, M/L]``; and ``||m||_2 >= sqrt(L)
+    mu_w u_w^(L-1)`` gives ``x_w <= M/L`` there, so ``F(x_w) >= F(x_j) >= 0``: ``u_w / |u_j|``,
+    hence ``x_w / x_j``, does not fall, ``u_w`` does not fall, and the lead and the bound never
+    break (for the discrete step ``u_j' = u_j (1 + h F(x_j))`` too: every factor is in ``[1, 1
+    + h F(x_w)]``). The winner is ``w``, a minor coordinate where one leads with the largest
+    rate. Below the bound, at L >= 3, where :func:`_l2_shares_kept` holds for ``w``.
+    Take-over (third value, L >= 3): the major's bound strict or :func:`_l2_shares_kept`,
+    and ``x_k < x_a`` for every other ``k``, whoever leads
     (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
-    gap = s[jnp.argmax(mu)] - (jnp.log(rho) + 0.5 * jnp.log(L))
+    log_x = jnp.log(mu) + (L - 2) * s
+    # The leader; among coordinates tied at the top, the one with the largest rate (the
+    # major where it is among them), which the exact first step puts strictly ahead.
+    at_top = s == jnp.max(s)
+    w = jnp.argmax(jnp.where(at_top, log_x, -jnp.inf))
+    fastest = jnp.all(log_x <= log_x[w])
+    bound = jnp.log(rho) + 0.5 * jnp.log(L)
+    gap = s[jnp.argmax(mu)] - bound
+    leads = (fastest & (s[w] >= bound)) | _l2_shares_kept(s, mu, L, rho, w)
+    leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
     shares = _l2_shares_kept(s, mu, L, rho)
     ahead = _ahead_in_rate(s, mu, L)
-    return (gap >= 0) | shares, _major(mu), (L >= 3) & ((gap > 0) | shares) & ahead
+    return leads, w + 1, (L >= 3) & ((gap > 0) | shares) & ahead
 
 
-def _l2_shares_kept(s, mu, L, rho):
+def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
+    r"""Where the leader ``w`` of l2-SAM (L >= 3), below ``u_w = sqrt(L) rho``, provably
+    reaches that bound still leading with the largest rate
+    (docs/theory/regimes.md#lead-certificates-at-every-depth, *race to the bound*). With
+    ``n = L - 2`` and ``r_bar = rho / (sqrt(L) u_w) < 1``: ``u_w^-n`` falls at least
+    ``n mu_w kappa / (1 + n eta x_bar)`` per unit of tau (``kappa = (1 - r_bar)^(L-1)``,
+    ``x_bar = mu_w (sqrt(L) rho)^n``; ``eta`` 0 for the flow), and every other ``|u_k|^-n``
+    at most ``n mu_k`` (GD's rate, as ``r_k <= 2`` while ``rho (sqrt(L) rho)^n / (sqrt(L)
+    u_w^(L-1)) <= 2``): two lines in tau each, compared at tau = 0 and where ``w``'s line
+    reaches the bound, plus ``eta`` for the step (a line ahead at both ends is ahead
+    between). Then the lead
+    certificate holds at the bound, so ``w``, once there, leads for ever. Compared in
+    linear space of ``u^-n`` (finite: ``u_w > rho / sqrt(L)``)."""
+    Lp = jnp.maximum(L, 3.0)  # the lines are for L >= 3 (L = 2 masked below)
+    n = Lp - 2
+    log_bound = jnp.log(rho) + 0.5 * jnp.log(Lp)
+    r_bar = jnp.exp(log_bound - jnp.log(Lp) - s[w])  # rho / (sqrt(L) u_w)
+    kappa = jnp.maximum(1 - r_bar, 0.0) ** (Lp - 1)
+    step = 0.0 if eta is None else eta
+    x_bar = mu[w] * jnp.exp(n * log_bound)
+    slope = n * mu[w] * kappa / (1 + n * step * x_bar)
+    small = jnp.exp(jnp.log(rho) + n * log_bound - 0.5 * jnp.log(Lp) - (Lp - 1) * s[w]) <= 2
+    A = jnp.exp(-n * s)  # u_j^-n
+    B = jnp.exp(-n * log_bound)
+    # the step that carries u_w past the bound starts below it, by tau* at the latest,
+    # and adds h <= eta: the lines must hold to tau* + eta
+    t_end = jnp.maximum(A[w] - B, 0.0) / jnp.where(slope > 0, slope, 1.0) + step
+    others = jnp.arange(mu.shape[0]) != w
+    ok = jnp.ones((), bool)
+    for t in (0.0, t_end):
+        line_w = A[w] - slope * t
+        line = A - n * mu * t
+        ahead = jnp.all(~others | ((line_w <= line) & (line_w / mu[w] <= line / mu)))
+        ok = ok & ahead
+    return (L >= 3) & (r_bar < 1) & (slope > 0) & small & ok
+
+
+def _l2_shares_kept(s, mu, L, rho, a=None):
     r"""Where l2-SAM's region ``R = L rho c x_a < 1`` is kept for ever below ``u_a =
-    sqrt(L) rho`` (L >= 3; docs/theory/regimes.md#takeover-at-every-depth, *shares*): the
-    major ahead in rate (``q_k = x_k / x_a < 1``), ``R < 1``, and ``sum_{k != a} r_k
+    sqrt(L) rho`` (L >= 3; docs/theory/regimes.md#takeover-at-every-depth, *shares*): ``a``
+    (the major by default; any coordinate, as the argument never uses that its mu is the
+    largest) ahead in rate (``q_k = x_k / x_a < 1``), ``R < 1``, and ``sum_{k != a} r_k
     g(q_k) <= 1 / (L - 1)``, ``r_k = (q_k u_k / u_a)^2``, ``g(q) = 1 - q`` for ``q <=
     p / (p + 1)``, else ``(p / (q (p + 1)))^p / (p + 1)``, ``p = 2 (L - 1) / (L - 2)``.
     Compared in logs."""
-    a = jnp.argmax(mu)
+    a = jnp.argmax(mu) if a is None else a
     log_mu = jnp.log(mu)
     Lp = jnp.maximum(L, 3.0)  # p is finite at L >= 3 only (L = 2 masked below)
     log_x = log_mu + (Lp - 2) * s
@@ -359,7 +409,7 @@ def _l2_shares_kept(s, mu, L, rho):
     )
     log_r = 2 * (log_q + s - s[a])
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
-    ahead = _ahead_in_rate(s, mu, Lp)
+    ahead = jnp.all(~others | (log_q < 0))
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
 
 

@@ -212,12 +212,13 @@ def _minor_ahead(rng, n, L, rho, method):
     return mu, np.log(u), a
 
 
-def _shares_kept(mu, u, L, rho):
+def _shares_kept(mu, u, L, rho, a=None):
     """The l2-SAM *shares* condition below sqrt(L) rho
     (docs/theory/regimes.md#takeover-at-every-depth), written again here: R = L rho c x_a <
     1, q_k = x_k / x_a < 1 and sum_{k != a} (q_k u_k / u_a)^2 g(q_k) <= 1 / (L - 1), g the
-    largest of y^p (1 - q y) over y in (0, 1], p = 2 (L - 1) / (L - 2), found on a grid."""
-    a = np.argmax(mu)
+    largest of y^p (1 - q y) over y in (0, 1], p = 2 (L - 1) / (L - 2), found on a grid;
+    ``a`` the major unless given."""
+    a = np.argmax(mu) if a is None else a
     x = mu * u ** (L - 2)
     q = x / x[a]
     R = L * rho * _c("sam-l2", u, mu, L) * x[a]
@@ -349,7 +350,9 @@ def test_discrete_take_overs_hold_50x_longer(depth):
     path up to its stop, keeps the take-over's condition (u_a > sqrt(L) rho, x_k < x_a)
     and a nonfalling log(u_a / |u_k|) at every later step, and where the major has taken
     the lead by its end (it can be slow: h shrinks with the loss), the major keeps it and
-    the whole path's regime is the engine's label."""
+    the whole path's regime is the engine's label. A run labelled with a minor's limit
+    (the leader with the largest rate above sqrt(L) rho, the lead certificate) keeps that
+    leader at every later step of the NumPy loop."""
     from tests.test_takeover import compress, regime_of
 
     rng = np.random.default_rng(31 + depth)
@@ -374,7 +377,7 @@ def test_discrete_take_overs_hold_50x_longer(depth):
             held &= np.all(ratio >= -1e-12, axis=1)  # a float64 slack of the logs
         u = new
         leads[t + 1] = np.argmax(u, axis=1) + 1
-    labelled = seen_over = 0
+    labelled = seen_over = minor_kept = 0
     for i in range(n):
         ds = samflow.trajectory(
             "sam-l2", depth=depth, mu=list(mu), alpha_per_coord=list(u0[i]), rho=float(rho[i, 0]),
@@ -384,6 +387,10 @@ def test_discrete_take_overs_hold_50x_longer(depth):
         seen = list(ds["leader_path"].values[: int(ds["n_leaders"])])
         assert seen == compress(leads[: steps + 1, i]), i
         if regime == UNRESOLVED or stop == 4:
+            continue
+        if int(ds["limit_coord"]) == stop:  # a minor leading with the largest rate keeps it
+            minor_kept += 1
+            assert np.all(leads[steps:, i] == stop), i
             continue
         labelled += 1
         assert int(ds["limit_coord"]) == 4 and held[i], i
@@ -558,3 +565,73 @@ def test_a_flow_with_every_r_above_one_collapses(depth):
         r = np.array([_l2_r(np.exp(s), mu, L, rho) for s in path.T])
         assert np.all(np.log(r) >= -1e-9)
         assert np.all(np.diff(path, axis=1) < 1e-9)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_l2_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
+    """l2-SAM at L >= 3 (docs/theory/regimes.md#lead-certificates-at-every-depth, *a minor
+    winner*): a minor coordinate k that leads, has the largest x_j = mu_j u_j^(L-2) and
+    u_k >= sqrt(L) rho is the certificate's winner, flow and step; the NumPy float64 map
+    (eta 0.01 to 2, 3,000 steps, read every step) and SciPy's DOP853 flow (to blow-up or
+    tau 50, read at every solver step) never take the lead from it (below the bound, by
+    the shares condition for k or the race to the bound, tested below)."""
+    rng = np.random.default_rng(90 + depth)
+    n, rho = 32, 0.3
+    mu = rng.uniform(0.5, 3.0, size=(n, 4))
+    a = np.argmax(mu, axis=1)
+    rows = np.arange(n)
+    k = (a + rng.integers(1, 4, size=n)) % 4
+    u = np.sqrt(depth) * rho * np.exp(rng.uniform(-1.0, 0.5, size=(n, 4)))
+    # the minor k ahead of the major by more than (mu_a / mu_k)^(1/(L-2)): x_k > x_a
+    room = (mu[rows, a] / mu[rows, k]) ** (1.0 / (depth - 2))
+    u[rows, k] = np.max(u, axis=1) * room * rng.uniform(1.05, 1.5, size=n)
+    s = np.log(u)
+    above = u[rows, k] >= np.sqrt(depth) * rho
+    assert above.sum() >= n // 2
+    for eta in (None, 0.01, 0.3, 2.0):
+        code, winner = _certify(SAM_L2, s, mu, depth, rho, None if eta is None else eta)
+        fired = np.nonzero((code == fates.LEADS) & (winner == k + 1))[0]
+        assert set(np.nonzero(above)[0]) <= set(fired), eta  # above the bound: always
+        if eta is None:
+            for i in fired[:3]:  # DOP853 is the slow part: 3 states per depth
+                leads, _ = _flow_leaders("sam-l2", mu[i], s[i], depth, rho, 50.0)
+                assert np.all(leads == k[i] + 1), (i, leads)
+        else:
+            leads, _ = _map_leaders("sam-l2", mu[fired], u[fired], depth, rho, eta, 3000)
+            assert np.all(leads == k[fired][None, :] + 1), eta
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_l2_a_leader_racing_to_the_bound_leads_for_ever(depth):
+    """l2-SAM at L >= 3 below the bound (docs/theory/regimes.md#lead-certificates-at-every-depth,
+    *race to the bound*): a leader w with u_w in (0.7, 1) sqrt(L) rho and the others behind
+    is certified where its line u_w^-(L-2) reaches the bound before any other line can
+    catch it; from every certified state the NumPy float64 map (eta 0.01 and 0.3, 3,000
+    steps, read every step) and SciPy's DOP853 flow (to blow-up or tau 50) keep w leading,
+    and the map's u_w passes the bound with w still ahead in rate."""
+    rng = np.random.default_rng(120 + depth)
+    n, rho = 24, 0.5
+    mu = rng.uniform(0.5, 3.0, size=(n, 4))
+    rows = np.arange(n)
+    w = rng.integers(0, 4, size=n)
+    bound = np.sqrt(depth) * rho
+    u = bound * rng.uniform(0.1, 0.6, size=(n, 4))
+    u[rows, w] = bound * rng.uniform(0.7, 0.99, size=n)
+    s = np.log(u)
+    total = 0
+    for eta in (None, 0.01, 0.3):
+        code, winner = _certify(SAM_L2, s, mu, depth, rho, eta)
+        fired = np.nonzero((code == fates.LEADS) & (winner == w + 1))[0]
+        total += len(fired)
+        if eta is None:
+            for i in fired[:3]:  # DOP853 is the slow part: 3 states per depth
+                leads, _ = _flow_leaders("sam-l2", mu[i], s[i], depth, rho, 50.0)
+                assert np.all(leads == w[i] + 1), (i, leads)
+        elif len(fired):
+            leads, last = _map_leaders("sam-l2", mu[fired], u[fired], depth, rho, eta, 3000)
+            assert np.all(leads == w[fired][None, :] + 1), eta
+            x = mu[fired] * last ** (depth - 2)
+            passed = last[np.arange(len(fired)), w[fired]] >= bound
+            assert passed.sum() >= len(fired) // 2, eta  # most reach the bound in 3,000 steps
+            assert np.all(np.argmax(x, axis=1)[passed] == w[fired][passed]), eta
+    assert total >= 15, total

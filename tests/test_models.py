@@ -424,7 +424,8 @@ def test_default_sweep_key_is_unchanged():
     62a32c67d12c5dc1 before), limit-3 (the take-over certificate; c2ae2e6a1ebffd2d
     before), limit-4 (the take-over at every depth; 0fae938522ff0d83 before) and limit-5
     (this stop's certificates: linf-SAM's discrete step, USAM's finite limits and wide
-    leads; fc35857ad47a4be8 before), so that no chunk of an old key is ever resumed."""
+    leads, l2-SAM's minor leaders; fc35857ad47a4be8 before), so that no chunk of an old key
+    is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
     assert spec.summaries is None and spec.key() == "a0a15563a571e89d"

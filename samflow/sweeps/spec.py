@@ -48,8 +48,10 @@ LABELS = "limit-5"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
 labelled under another meaning (limit-4: before this stop's certificates: linf-SAM's
 discrete step, docs/theory/regimes.md#linf-sam-discrete-step, USAM's finite limits and leads
-beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's second
-collapse certificate and the blow-up's winner; limit-3: before the
+beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's lead by
+a minor leader with the largest rate and race to the bound,
+docs/theory/regimes.md#lead-certificates-at-every-depth, l2-SAM's second collapse
+certificate and the blow-up's winner; limit-3: before the
 take-over at every depth and the labels of stalled tied starts,
 docs/theory/regimes.md#takeover-at-every-depth; limit-2:
 before the take-over certificate,

@@ -1,0 +1,124 @@
+"""Why discrete l2-SAM (and GD) runs stay unresolved: each unresolved run of a grid, by the
+state where it stopped (issue 38).
+
+The runs are the engine's (``samflow.sweep``, balanced step); the state at the stop is
+recomputed here by a NumPy float64 loop of the balanced step map (from the start, for
+``steps`` or ``step_cap`` steps: an unresolved run stops there), and classed:
+
+- L = 2: ``middle`` (rho c mu_min < 1 < rho c (a + b): some coordinates grow, some shrink),
+  ``shrink-region`` (rho c mu_min > 1, no discrete collapse certificate), ``region``
+  (rho c (a + b) < 1: should be decided), ``stall``;
+- L >= 3, with R = L rho c x_a (a the major, x_j = mu_j u_j^(L-2)):
+  ``a-held-back`` (R >= 1, a minor leads), ``b-shares`` (R < 1, the major ahead in rate,
+  the shares condition failing), ``c-stall`` (every step ``eta |l'(z~)| F(x_j)`` below
+  1e-15 of u_j: the float64 steps round to nothing), ``d-major-leads-R>=1``,
+  ``d-not-ahead`` (R < 1, the major not ahead in rate: another coordinate has the
+  largest x), ``gd: ...`` for GD;
+
+each split by whether max_j u_j is above its start (grow) or below (shrink).
+
+    PYTHONPATH=. python experiments/unresolved_classes.py --grid issue --depth 3 --cap 100
+    PYTHONPATH=. python experiments/unresolved_classes.py --grid random --method gd --depth 4
+
+Grids: ``figure`` and ``random`` as experiments/unresolved_shares.py (n = 8: eta 0.01,
+2,000 steps); ``issue``: the grid of issue 38 (mu (1, 2, 3, 4), alpha 0.02..5 (24, log) x
+rho 0.1..3 (12, log), eta 0.02, 5,000 steps). ``--cap F``: ``step_cap`` F times the steps
+(the figures use 100); 0: none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+
+import numpy as np
+from unresolved_shares import ETA, STEPS, _at, grids
+
+import samflow
+
+
+def end_states(method, mu, u0, L, rho, eta, steps):
+    """The balanced step map from u0 [n, d], ``steps`` steps, float64."""
+    u = np.array(u0, float)
+    rho = np.asarray(rho, float)[:, None]
+    for _ in range(steps):
+        m = mu * u ** (L - 1)
+        w = u if method == "gd" else u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+        zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+        u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+    return u
+
+
+def classify(method, mu, u, L, rho, eta, u0) -> str:
+    u = np.abs(u)
+    a, lead = int(np.argmax(mu)), int(np.argmax(u))
+    m = mu * u ** (L - 1)
+    c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
+    x = mu * u ** (L - 2)
+    F = x * (1 - rho * c * x) ** (L - 1)
+    w = u * (1 - rho * c * x)
+    h = eta / (1 + np.exp(min(np.sum(mu * w**L), 700.0)))
+    trend = "grow" if np.max(u) >= np.max(u0) else "shrink"
+    if np.max(np.abs(h * F)) < 1e-15:
+        return f"c-stall ({trend})"
+    if L == 2:
+        top2 = np.sort(mu)[-2:]
+        if rho * c * np.min(mu) > 1:
+            return f"shrink-region ({trend})"
+        return f"{'region' if rho * c * top2.sum() < 1 else 'middle'} ({trend})"
+    if method == "gd":
+        return f"gd: {'ahead' if np.all(np.delete(x, a) < x[a]) else 'not ahead'} ({trend})"
+    R = L * rho * c * x[a]
+    ahead = np.all(np.delete(x, a) < x[a])
+    if R >= 1:
+        return f"{'a-held-back' if lead != a else 'd-major-leads-R>=1'} ({trend})"
+    return f"{'b-shares' if ahead else 'd-not-ahead'} ({trend})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--grid", choices=("figure", "random", "issue"), default="issue")
+    parser.add_argument("--method", default="sam-l2")
+    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--cap", type=float, default=100.0)
+    args = parser.parse_args()
+    L = args.depth
+    if args.grid == "issue":
+        eta, steps = 0.02, 5000
+        kw = dict(mu=[1, 2, 3, 4], axes={"alpha": "0.02:5:24:log", "rho": "0.1:3:12:log"})
+    else:
+        eta, steps = ETA, STEPS
+        kw = dict(grids(8, np.random.default_rng(0))[args.grid])
+        kw["axes"] = {**kw["axes"], "depth": [L]}
+        if args.method == "gd":
+            kw["axes"].pop("rho", None)
+    cap = int(args.cap * steps) if args.cap else None
+    t0 = time.time()
+    runner = samflow.Discrete(eta=eta, steps=steps, step_cap=cap)
+    ds = samflow.sweep(args.method, depth=L, runner=runner, **kw)
+    if "depth" in ds.dims:
+        ds = ds.isel(depth=0)
+    reg = ds["regime"].values
+    names = list(ds["regime"].dims)
+    mus, u0s, rhos = [], [], []
+    for idx in np.argwhere(reg == 0):
+        sel = {n: int(i) for n, i in zip(names, idx, strict=True)}
+        point = {n: float(ds[n].values[i]) for n, i in sel.items()}
+        mu = _at(ds, "mu_values", sel) if "mu_values" in ds else np.asarray(ds.attrs["mu"], float)
+        u0 = _at(ds, "seed_alpha", sel) if "seed_alpha" in ds else np.full(len(mu), point["alpha"])
+        mus.append(mu), u0s.append(u0), rhos.append(point.get("rho", 0.0))
+    counts = collections.Counter()
+    if mus:
+        mu, u0 = np.array(mus), np.array(u0s)
+        u = end_states(args.method, mu, u0, L, rhos, eta, cap or steps)
+        for i in range(len(mu)):
+            counts[classify(args.method, mu[i], u[i], L, rhos[i], eta, u0[i])] += 1
+    print(
+        f"{args.grid} {args.method} L={L} step_cap={cap}: unresolved {int((reg == 0).sum())} "
+        f"of {reg.size}: {dict(sorted(counts.items()))} [{time.time() - t0:.0f} s]"
+    )
+
+
+if __name__ == "__main__":
+    main()
