@@ -47,11 +47,18 @@ def test_a_loss_that_underflows_is_a_stall_not_a_finite_limit():
     gradient; the float64 iterates stop moving, which is no convergence to a finite limit.
     l2-SAM's start is tied and inside the take-over region, so the exact map's first step
     puts the major ahead for good: direct, limit the major
-    (docs/theory/regimes.md#takeover-certificate).
-    linf-SAM has no certificate: its run is unresolved and said to have stalled."""
-    for method, regime, limit in (("sam-l2", DIRECT, 4), ("sam-linf", UNRESOLVED, LIMIT_STALLED)):
+    (docs/theory/regimes.md#takeover-certificate). So does linf-SAM's: every coordinate
+    above rho, its excess grows by 1 + h mu_j a step (docs/theory/regimes.md#linf-sam-
+    discrete-step). With one coordinate below rho that the step may throw out (eta mu_4 =
+    4 > 2) no certificate holds: unresolved, and said to have stalled."""
+    cases = (
+        ("sam-l2", {"alpha": 30.0}, 0.1, DIRECT, 4),
+        ("sam-linf", {"alpha": 30.0}, 0.1, DIRECT, 4),
+        ("sam-linf", {"alpha_per_coord": [30.0, 30.0, 30.0, 0.5]}, 1.0, UNRESOLVED, LIMIT_STALLED),
+    )
+    for method, init, eta, regime, limit in cases:
         t = samflow.trajectory(
-            method, depth=2, mu=MU, alpha=30.0, rho=1.0, runner=samflow.Discrete(0.1, 100)
+            method, depth=2, mu=MU, rho=1.0, runner=samflow.Discrete(eta, 100), **init
         )
         assert t["loss"].values[-1] == 0.0, method
         beta = t["beta"].values
