@@ -137,3 +137,20 @@ def test_docstring_citations_become_links():
     assert hooks.cite_links(pre, page) == pre
     with pytest.raises(PluginError, match="no page"):
         hooks.cite_links("<p>docs/theory/nowhere.md#x</p>", page)
+
+
+def test_display_formulas_start_a_line():
+    r"""A display formula ``\[ ... \]`` is typeset only where it starts a line of its own
+    at the margin: indented (in a list item, say), Markdown reads it as the paragraph's
+    continuation, the backslash is taken as an escape and the page shows ``[ F_c(x_a) ...
+    ]`` as text (docs/theory/regimes.md had nine such). Inside a list item a formula is
+    written inline, ``\( \displaystyle ... \)``."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    assert len(pages) > 10
+    bad = [
+        f"{page.relative_to(ROOT)}:{k}"
+        for page in pages
+        for k, line in enumerate(page.read_text().splitlines(), 1)
+        if re.match(r"\s+\\\[", line)
+    ]
+    assert bad == [], bad
