@@ -613,8 +613,7 @@ def _l2_shrinking_below_fixed_point(s, mu, L, rho):
     the rest)."""
     Lp = jnp.maximum(L, 4.0)
     log_mu, log_rho = jnp.log(mu), jnp.log(rho)
-    log_n = 0.5 * (jnp.log(Lp) + jax.nn.logsumexp(2 * log_mu + (2 * Lp - 2) * s))
-    log_r = log_rho + log_mu + (Lp - 2) * s - log_n
+    log_r = log_rho + log_mu + (Lp - 2) * s + _l2_log_c(log_mu, s, Lp)  # r_j = rho c x_j
     p = (2 * Lp - 2) / (Lp - 2)
     log_n_star = (
         0.5 * jnp.log(Lp) - 0.5 * p * log_rho + 0.5 * jax.nn.logsumexp((2 - p) * log_mu)
