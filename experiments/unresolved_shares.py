@@ -4,7 +4,7 @@ decided labels against independent integrations run 50-100 times longer (issue 3
 Grids: ``figure``: the figures' mu (1, 2, 3, 4), alpha over 1e-4..10 and rho over
 0.02..5 (log), uniform starts; ``random``: random mu in d = 4 (one point), random
 non-uniform starts (the ``seed`` axis) and a few rho. Settings: flows as the figures run
-them (``tau_max`` 200, ``tau_cap`` 100 times it, samflow.figures FLOW_SETTINGS); discrete
+them (``tau_max`` 200, ``tau_cap`` 1e4 times it, samflow.figures FLOW_SETTINGS); discrete
 runs at the figures' default step and length (eta 0.01, 2,000 steps; no step cap, or with
 ``--step-cap`` the figures' 100 times the steps).
 
@@ -40,7 +40,10 @@ from scipy.integrate import solve_ivp
 import samflow
 
 FLOW_SETTINGS = {"rtol": 1e-6, "atol": 1e-9, "max_steps": 20_000}  # samflow.figures._engine
-TAU_MAX, CAP_FACTOR, ETA, STEPS = 200.0, 100.0, 0.01, 2000
+TAU_MAX, ETA, STEPS = 200.0, 0.01, 2000
+# The figures' run-to-fate caps (samflow/figures/_engine.py reads the same defaults).
+CAP_FACTOR = samflow.BoundarySearch().cap_factor  # flows: tau_cap = CAP_FACTOR * tau_max
+STEP_CAP_FACTOR = samflow.BoundarySearch().step_cap_factor  # discrete, with --step-cap
 METHODS = ("gd", "sam-l2", "usam", "sam-linf")
 MEANINGS = "failed unresolved collapse sequential direct returned major_lost minor_end finite"
 CODE = {name: k - 1 for k, name in enumerate(MEANINGS.split())}
@@ -72,7 +75,7 @@ def runner(mode: str, step_cap: bool = False):
     times their steps, as the figures run them (samflow/figures/_engine.py)."""
     if mode == "flow":
         return samflow.Flow(tau_max=TAU_MAX, tau_cap=CAP_FACTOR * TAU_MAX, **FLOW_SETTINGS)
-    cap = round(CAP_FACTOR * STEPS) if step_cap else None
+    cap = round(STEP_CAP_FACTOR * STEPS) if step_cap else None
     return samflow.Discrete(eta=ETA, steps=STEPS, step_cap=cap)
 
 
