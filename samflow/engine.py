@@ -7,7 +7,8 @@ computes is fixed by a :class:`Setup` (the rule, the runner's static settings, t
 dtype, what to keep), which is also the key of the compiled-program cache; the record
 times are an argument, so one program serves every horizon and schedule of a kind.
 :func:`run_points` pads the number of points and of records to a few sizes per
-doubling (:func:`bucket`; padded records are masked out of every summary), so that a
+doubling (:func:`bucket`; a sharded batch's points also to whole vectors of
+:data:`VECTOR`; padded records are masked out of every summary), so that a
 new grid size or record count seldom compiles again; compiled programs are kept on
 disk across processes (:mod:`samflow.compile_cache`), and the programs of samflow's own
 settings are run as stored with ``jax.export`` (:mod:`samflow.exported`), so that a
@@ -83,6 +84,10 @@ RECORDED = frozenset(name for name, v in POINT.items() if v.dims[:2] == (GRID, "
 cut back to the records asked for by :func:`run_points`."""
 
 
+VECTOR = 8
+"""Points per vector: every tile holds a multiple of this many points
+(:func:`tile_points`), so a sharded batch is padded to whole vectors at no cost
+(:func:`start_points`)."""
 POINT_SIZES, RECORD_SIZES = 4, 8
 """Padded sizes per doubling (:func:`bucket`) of the number of points and of records:
 each padded record costs about ten steps in every point (bench case 1), so records get
@@ -278,21 +283,21 @@ def tile_points(
     flows: :data:`FLOW_TILE_POINTS`.
     A small chunk, or any chunk on an ``accelerator`` (a GPU, where each operation in a
     tile is a kernel launch and no small cache is to be fitted), gets one tile per
-    device. Always a multiple of 8, the vector width, so that no tile ends in a scalar
-    remainder.
+    device. Always a multiple of :data:`VECTOR`, the vector width, so that no tile ends in
+    a scalar remainder.
     """
     if accelerator:
         fit = n_points
     elif mode == "discrete" and balanced_step:
         per_point = d * np.dtype(dtype).itemsize
-        fit = max(BALANCED_TILE_POINTS, BALANCED_TILE_BYTES // per_point // 8 * 8)
+        fit = max(BALANCED_TILE_POINTS, BALANCED_TILE_BYTES // per_point // VECTOR * VECTOR)
     elif mode == "discrete":
         per_point = n_layers * d * np.dtype(dtype).itemsize
-        fit = max(8, TILE_BYTES // per_point // 8 * 8)
+        fit = max(VECTOR, TILE_BYTES // per_point // VECTOR * VECTOR)
     else:
         fit = FLOW_TILE_POINTS
     share = -(-n_points // n_devices)
-    return min(fit, -(-share // 8) * 8)
+    return min(fit, -(-share // VECTOR) * VECTOR)
 
 
 def _counting(n_records) -> Observer:
@@ -748,7 +753,12 @@ def start_points(
     C, T = points.size, len(times)
     setup = replace(setup, step_path=step_path(setup, points))
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
-    padded = points.take(np.minimum(np.arange(bucket(C, n_dev)), C - 1))
+    # A sharded batch also to whole vectors on every device: its tiles hold a multiple of
+    # VECTOR points whatever C is (tile_points), so 1..8 points (or 9..16, on one device)
+    # run the same slots, the same arithmetic per point, and now one program; a
+    # trajectory (one point, unsharded) keeps its own size, its states one point's.
+    multiple = VECTOR * n_dev if setup.sharded else 1
+    padded = points.take(np.minimum(np.arange(bucket(C, multiple)), C - 1))
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
     with precision(setup.dtype):
         args = (*place(setup, padded, times), jnp.asarray(T, jnp.int32))
@@ -767,7 +777,8 @@ def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.
     """Run ``points`` (NumPy, float64 inputs) under ``setup``; NumPy summaries ``[C, ...]``.
 
     The discrete step is the one :func:`step_path` picks for the points. The points and
-    the records are padded to their :func:`bucket` (the last point and
+    the records are padded to their :func:`bucket` (the points of a sharded setup to a
+    multiple of :data:`VECTOR` per device; the last point and
     the last time repeated, padded records masked), so that the program compiled for
     one size serves every size of its bucket; the padding is cut off the results. A
     sharded setup needs ``C`` to be a multiple of the device count (the caller pads).
