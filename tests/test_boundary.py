@@ -1,5 +1,7 @@
 """Regime boundaries (scan, then bisection), against the closed form and dense regime maps."""
 
+from dataclasses import replace
+
 import jax.monitoring
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ from samflow.theory import l2sam_l2_direct_edge
 
 MU = [1.0, 2.0, 3.0, 4.0]
 FLOW = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59))
+CAPPED = replace(FLOW, tau_cap=samflow.BoundarySearch().cap_factor * FLOW.tau_max)
+"""FLOW as the boundary runs it (to its fate, up to the default cap): a sweep with it runs
+the boundary's own compiled program where its batch has the size of the boundary's."""
 
 
 def _edges():
@@ -50,8 +55,10 @@ def test_edges_scale_with_rho(edges):
 
 
 def test_edges_agree_with_a_dense_map(edges):
-    alphas = np.geomspace(0.2, 2.0, 81)
-    ds = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": alphas}, runner=FLOW)
+    """Runs to their fate, as the boundary's (labels of the limit), at 105 alphas: the
+    batch of the fixture's scan (2 x 49 runs, padded to 112), so its program serves."""
+    alphas = np.geomspace(0.2, 2.0, 105)
+    ds = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": alphas}, runner=CAPPED)
     regime = ds["regime"].values
     a_c = float(edges["alpha_collapse"].sel(rho=1.0))
     a_d = float(edges["alpha_direct"].sel(rho=1.0))
@@ -118,8 +125,12 @@ def test_a_failed_run_is_said():
         runner=runner,
         search=samflow.BoundarySearch(alpha_range=(0.1, 10.0)),
     )
-    check = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": [0.1]}, runner=runner)
-    assert int(check["solver_failed"][0]) == 1  # the premise: the smallest alpha fails
+    # the premise: the smallest alpha fails (the scan's alphas, run as the boundary runs
+    # them, to the default cap: its compiled program)
+    capped = replace(runner, tau_cap=samflow.BoundarySearch().cap_factor * runner.tau_max)
+    scan = np.geomspace(0.1, 10.0, ds.attrs["scan_points"])
+    check = samflow.sweep("sam-l2", depth=2, mu=MU, rho=1.0, axes={"alpha": scan}, runner=capped)
+    assert int(check["solver_failed"][0]) == 1
     for kind in ("collapse", "direct"):
         assert int(ds[f"why_nan_{kind}"]) == FAILURE and np.isnan(float(ds[f"alpha_{kind}"]))
 
@@ -148,10 +159,10 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     edge = float(ds["alpha_direct"])
     assert 0.05 < edge < 0.2
     # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
-    # the final bracket whatever the rounding
+    # the final bracket whatever the rounding. Run to the boundary's cap (2e6), a batch of
+    # the bisection's size: its compiled program.
     alphas = np.array([1e-3, 2e-3, 1e-2, edge * (1 - 1e-3), edge * (1 + 1e-3)])
-    capped = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(59), tau_cap=2e4)
-    regime = samflow.sweep("sam-l2", **{**problem, "runner": capped}, axes={"alpha": alphas})[
+    regime = samflow.sweep("sam-l2", **{**problem, "runner": CAPPED}, axes={"alpha": alphas})[
         "regime"
     ].values
     assert (regime[:3] == RETURNED).all() and regime[3] == SEQUENTIAL and regime[4] == DIRECT
@@ -167,7 +178,9 @@ def test_an_undecided_run_is_said():
     runner = samflow.Flow(tau_max=20.0, save=samflow.LogSpaced(19), tau_cap=40.0)
 
     def edges(alpha_range):
-        search = samflow.BoundarySearch(alpha_range=alpha_range)
+        # 20 scan alphas, the default over the wide range below: every batch of this test
+        # (both scans, the sweep of the wide scan) runs one compiled program
+        search = samflow.BoundarySearch(alpha_range=alpha_range, scan_points=20)
         return samflow.boundary(
             "sam-l2", depth=4, mu=MU, rho=0.1, axes={}, runner=runner, search=search
         )

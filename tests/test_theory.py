@@ -222,7 +222,11 @@ def test_direct_edge_is_the_upper_edge_samflow_boundary_finds_at_l_2_to_6():
     from samflow.regimes import DIRECT
 
     depths, rhos = [2, 3, 4, 5, 6], [0.05, 0.2]
-    runner = samflow.Flow(tau_max=200.0, save=samflow.LogSpaced(19))
+    # to the fate, up to the boundary's default cap: the top's sweep below is a batch of
+    # the bisection's size through the same compiled program
+    runner = samflow.Flow(
+        tau_max=200.0, save=samflow.LogSpaced(19), tau_cap=samflow.BoundarySearch().cap_factor * 200
+    )
     ds = samflow.boundary(
         "sam-l2",
         depth=6,
