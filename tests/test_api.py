@@ -262,12 +262,10 @@ def _half_l2(g, batch_ndim=0):
 HALF = samflow.PerturbationRule("half-l2", _half_l2, scale_invariant=True)
 
 
-@pytest.mark.parametrize(
-    "runner",
-    [samflow.Flow(tau_max=30, save=samflow.LogSpaced(29)), samflow.Discrete(eta=0.05, steps=400)],
-)
+@pytest.mark.parametrize("runner", [FLOW, samflow.Discrete(eta=0.05, steps=400)])
 def test_a_user_rule_runs_everywhere(runner):
-    """half-l2 at rho equals sam-l2 at rho / 2, in a trajectory and in a sweep."""
+    """half-l2 at rho equals sam-l2 at rho / 2, in a trajectory and in a sweep. (The flow
+    runner is the file's: sam-l2's trajectory is the program of the map's cells.)"""
     mine = samflow.trajectory("sam-l2", depth=2, mu=MU, alpha=0.4, rho=1.0, runner=runner)
     theirs = samflow.trajectory(HALF, depth=2, mu=MU, alpha=0.4, rho=2.0, runner=runner)
     assert theirs.attrs["method"] == "half-l2"
