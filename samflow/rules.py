@@ -135,7 +135,8 @@ class BalancedFlow:
     ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
     certified; ``LEADS``: coordinate ``winner`` (1-based), once it leads, leads for
     ever; ``COLLAPSE``: beta tends to 0, or for a discrete run stays in a ball around 0
-    set by the step; ``FINITE``: beta tends to a finite nonzero point). ``eta`` (a
+    set by the step; ``FINITE``: beta tends to a finite nonzero point; ``RETURNS``: the
+    major leads for ever from some finite time on, not necessarily from its next lead). ``eta`` (a
     step size) asks for the discrete balanced step (:mod:`samflow.balanced`) of the
     logistic loss instead of the flow: only what is proven for that map is returned.
     """
@@ -159,6 +160,7 @@ def _log_form(
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
     lead: Callable[..., tuple[Array, Array]] | None = None,
     finite: Callable[..., Array] | None = None,
+    returns: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -179,6 +181,9 @@ def _log_form(
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
+    ``returns(s, mu, L, rho, eta)``: where the major provably leads for ever from some
+    finite time on, though it may still lead and lose before
+    (docs/theory/regimes.md#escape-past-the-fixed-point); None: never certified.
     """
 
     def field(tau, s, args):
@@ -220,7 +225,11 @@ def _log_form(
         (docs/theory/regimes.md#lead-certificates-at-every-depth; it excludes both
         collapse certificates); L >= 3: TAKES_OVER, winner the major,
         where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
-        Otherwise OPEN (a blow-up decides).
+        L >= 3: RETURNS, winner the major, where ``returns`` proves the major leads for
+        ever from some finite time on (not that it keeps its next lead: the run's label
+        is known only where the path already ends in a return,
+        docs/theory/regimes.md#escape-past-the-fixed-point). Otherwise OPEN (a blow-up
+        decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -253,6 +262,10 @@ def _log_form(
             # lead certificates: a winner keeps the largest x, which no such point has).
             converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
             code = jnp.where(converges, _fate.FINITE, code)
+        if returns is not None:
+            eventually = (depth >= 3) & (code == _fate.OPEN) & returns(s, mu, L, rho, eta)
+            code = jnp.where(eventually, _fate.RETURNS, code)
+            winner = jnp.where(eventually, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -411,6 +424,34 @@ def _l2_shares_kept(s, mu, L, rho, a=None):
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
     ahead = jnp.all(~others | (log_q < 0))
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
+
+
+def _l2_past_fixed_point(s, mu, L, rho, eta=None):
+    r"""Where the major of l2-SAM at odd ``L >= 3`` provably leads for ever from some
+    finite time on (derived in docs/theory/regimes.md#escape-past-the-fixed-point): the
+    major ``a`` strictly ahead in rate (``x_k < x_a``), some ``u_j`` above the fixed point
+    ``u*`` (every ``r_j = 1``: ``u*_j = (X / mu_j)^(1/n)``, ``n = L - 2``, ``||u*||_2 = rho /
+    sqrt(L)``), and for the step ``n eta x_bar ((L-2)/L)^(L-2) < 1``, ``x_bar = mu_a
+    (sqrt(L) rho)^n``, which keeps the order of ``x`` at every step while ``u_a <= sqrt(L)
+    rho``. At odd L no ``u_j`` falls; a run whose ``u_a`` stayed below ``sqrt(L) rho``
+    would be bounded, so would converge to a point where every step factor is 1, which is
+    ``u*``, out of reach from above it. So ``u_a`` passes ``sqrt(L) rho`` ahead in rate,
+    where the take-over of docs/theory/regimes.md#takeover-at-every-depth holds. Compared
+    in logs (``s = log u``)."""
+    Lp = jnp.maximum(L, 3.0)  # the argument is for odd L >= 3 (the rest masked below)
+    n = Lp - 2
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    # log u*_j = log rho - log(L)/2 - log(sum_k mu_k^(-2/n))/2 - log(mu_j)/n
+    log_u_star = log_rho - 0.5 * jnp.log(Lp) - 0.5 * jax.nn.logsumexp(-2 * log_mu / n) - log_mu / n
+    # above u* by more than rounding: at u* itself nothing moves
+    above = jnp.any(s > log_u_star + 1e-10)
+    odd = (jnp.round(L) % 2 == 1) & (L >= 3)
+    ok = odd & above & _ahead_in_rate(s, mu, Lp)
+    if eta is None:
+        return ok
+    log_x_bar = jnp.log(jnp.max(mu)) + n * (log_rho + 0.5 * jnp.log(Lp))
+    log_kink = n * (jnp.log(n) - jnp.log(Lp))  # log ((L-2)/L)^(L-2)
+    return ok & (jnp.log(n) + jnp.log(eta) + log_x_bar + log_kink < 0)
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
@@ -939,7 +980,9 @@ SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
     True,
-    _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead),
+    _log_form(
+        _l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead, returns=_l2_past_fixed_point
+    ),
     layers_alike=_l2_alike,
 )
 r"""l2-SAM: \(\varepsilon = g / \lVert g\rVert_2\) over every layer (scale invariant)."""
