@@ -623,19 +623,29 @@ def _l2_deep_collapse(s, mu, L, rho, eta=None):
     so a coordinate at the maximum has ``r = rho mu_j U^(L-2) / N >= rho_0 / U > 1`` and
     shrinks (``(1 - r)^(L-1) < 0``, L - 1 odd): ``U`` never rises, the bound holds for
     ever, and ``dU/dtau <= -mu_min U^(L-1) (r_0 - 1)^(L-1)`` drives ``U``, hence beta, to
-    0. Discrete step (``eta`` given): ``U`` never leaves ``[0, B]``, ``B = max(U, eta
-    mu_max (rho / sqrt L)^(L-1))``, where ``B < rho_0`` and ``(B / rho_0)^(1/(L-2)) (1 +
-    eta sqrt(L) ||mu||_2 B^(L-1) / rho) <= 1``: a coordinate with ``r_j >= 1`` has ``|u_j'|
+    0. Discrete step (``eta`` given): ``U`` never leaves ``[0, B]``, ``B = max(U, eta J)``,
+    ``J = min(mu_max (rho / sqrt L)^(L-1), mu_max^(1/L) (p / e)^p)``, ``p = (L-1)/L``,
+    where ``B < rho_0`` and ``(B / rho_0)^(1/(L-2)) (1 + eta sqrt(L) ||mu||_2 B^(L-1) /
+    rho) <= 1``: a coordinate with ``r_j >= 1`` has ``|u_j'|
     = |u_j| |1 - a_j|``, ``a_j = h x_j (r_j - 1)^(L-1)``, at most ``|u_j|`` for ``a_j <= 2``
-    and else below ``h mu_j (|u_j| r_j)^(L-1) <= eta mu_max (rho / sqrt L)^(L-1)`` (``|u_j|
-    r_j = rho mu_j |u_j|^(L-1) / N <= rho / sqrt L``); one with ``r_j < 1`` has ``|u_j| <
+    and else below ``h mu_j |w~_j|^(L-1) <= h mu_j (|u_j| r_j)^(L-1) <= eta mu_max (rho /
+    sqrt L)^(L-1)`` (``|u_j| r_j = rho mu_j |u_j|^(L-1) / N <= rho / sqrt L``), and below
+    ``eta mu_j t^(L-1) e^(-mu_j t^L) <= eta mu_j^(1/L) (p / e)^p`` (``t = |w~_j|``, ``h <= eta
+    e^(-z~)``, ``z~ >= mu_j t^L`` at even L); one with ``r_j < 1`` has ``|u_j| <
     U (U / rho_0)^(1/(L-2))`` and grows by at most ``1 + h N / rho``. Compared in logs
     (``s = log |u|``)."""
     log_rho0 = jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(jnp.sum(mu * mu))
     if eta is None:
         return (jnp.max(s) < log_rho0) | _l2_shrinking_below_fixed_point(s, mu, L, rho)
     Lp = jnp.maximum(L, 4.0)  # the step's bound is for L >= 4 (masked by the caller)
-    log_step = jnp.log(eta) + jnp.log(jnp.max(mu)) + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp))
+    # The jump past 0: below eta mu_max (rho / sqrt L)^(L-1), and below eta mu_max^(1/L)
+    # (p / e)^p, p = (L-1)/L, as h <= eta e^(-z~) and z~ >= mu_j |w~_j|^L.
+    log_mu_max = jnp.log(jnp.max(mu))
+    p = (Lp - 1) / Lp
+    log_step = jnp.log(eta) + jnp.minimum(
+        log_mu_max + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp)),
+        log_mu_max / Lp + p * (jnp.log(p) - 1),
+    )
     log_B = jnp.maximum(jnp.max(s), log_step)
     grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
     return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)

@@ -408,31 +408,39 @@ def test_a_discrete_collapse_at_even_depth_stays_in_its_ball(depth):
     """l2-SAM's discrete collapse certificate at even L >= 4
     (docs/theory/regimes.md#collapse-certificates): from random states it certifies
     (signs mixed: the map is even in each u_j), a NumPy float64 loop of the balanced step
-    map, eta 0.01 to 2, keeps max_j |u_j| <= B = max(U, eta mu_max (rho / sqrt L)^(L-1))
-    at every one of 3,000 steps (a relative slack of 1e-12: float64 rounding of |u|)."""
+    map, eta 0.01 to 2, keeps max_j |u_j| <= B = max(U, eta J) at every one of 3,000 steps
+    (a relative slack of 1e-12: float64 rounding of |u|), J = min(mu_max (rho / sqrt
+    L)^(L-1), mu_max^(1/L) (p / e)^p), p = (L - 1) / L. At rho 4, eta 0.3 only the second
+    bound of J certifies (the first is above rho_0)."""
     rng = np.random.default_rng(50 + depth)
-    rho, n = 1.0, 64
-    mu = rng.uniform(0.5, 3.0, size=(n, 4))
-    rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
-    u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
-    u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
+    n = 64
     fired_total = 0
-    for eta in (0.01, 0.3, 2.0):
+    new_bound = 0  # states certified only by the second bound of J
+    for rho, eta in ((1.0, 0.01), (1.0, 2.0), (4.0, 0.3)):
+        mu = rng.uniform(0.5, 3.0, size=(n, 4))
+        rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
+        u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
+        u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
         code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, eta)
         fired = np.nonzero(code == fates.COLLAPSE)[0]
         fired_total += len(fired)
         m_, u = mu[fired], u0[fired].copy()
-        B = np.maximum(
-            np.max(np.abs(u), axis=1), eta * m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1)
+        p = (depth - 1) / depth
+        J = np.minimum(
+            m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1),
+            m_.max(axis=1) ** (1 / depth) * (p / np.e) ** p,
         )
+        B = np.maximum(np.max(np.abs(u), axis=1), eta * J)
         assert np.all(B < rho0[fired])
+        old_J = m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1)
+        new_bound += np.sum(eta * old_J >= rho0[fired])
         for t in range(3000):
             m = m_ * u ** (depth - 1)
             w = u - rho * m / np.sqrt(depth * np.sum(m * m, axis=1, keepdims=True))
             zt = np.minimum(np.sum(m_ * w**depth, axis=1, keepdims=True), 700.0)
             u = u + eta / (1.0 + np.exp(zt)) * m_ * w ** (depth - 1)
             assert np.all(np.max(np.abs(u), axis=1) <= B * (1 + 1e-12)), (eta, t)
-    assert fired_total >= 60, fired_total
+    assert fired_total >= 60 and new_bound >= 20, (fired_total, new_bound)
 
 
 def test_discrete_collapses_at_depth_4_hold_50x_longer():
@@ -458,8 +466,12 @@ def test_discrete_collapses_at_depth_4_hold_50x_longer():
         zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
         u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
         if t + 1 == steps:  # the engine's stop: the certificate, in NumPy
-            step = eta * mu.max() * (rho[:, 0] / np.sqrt(L)) ** (L - 1)
-            B = np.maximum(np.max(np.abs(u), axis=1), step)
+            p = (L - 1) / L
+            jump = np.minimum(
+                mu.max() * (rho[:, 0] / np.sqrt(L)) ** (L - 1),
+                mu.max() ** (1 / L) * (p / np.e) ** p,
+            )
+            B = np.maximum(np.max(np.abs(u), axis=1), eta * jump)
             grow = 1 + eta * np.sqrt(L * np.sum(mu * mu)) * B ** (L - 1) / rho[:, 0]
             assert np.all(B < rho0) and np.all((B / rho0) ** (1 / (L - 2)) * grow <= 1)
         if t + 1 >= steps:
