@@ -344,7 +344,9 @@ def _l2_lead(s, mu, L, rho, eta=None):
     rate. Below the bound, at L >= 3, where :func:`_l2_shares_kept` holds for ``w``.
     Take-over (third value, L >= 3): the major's bound strict or :func:`_l2_shares_kept`,
     and ``x_k < x_a`` for every other ``k``, whoever leads
-    (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
+    (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
+    :func:`_l2_past_fixed_point` with the leader above the bound
+    (docs/theory/regimes.md#escape-past-the-fixed-point). Compared in logs."""
     log_x = jnp.log(mu) + (L - 2) * s
     # The leader; among coordinates tied at the top, the one with the largest rate (the
     # major where it is among them), which the exact first step puts strictly ahead.
@@ -357,7 +359,11 @@ def _l2_lead(s, mu, L, rho, eta=None):
     leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
     shares = _l2_shares_kept(s, mu, L, rho)
     ahead = _ahead_in_rate(s, mu, L)
-    return leads, w + 1, (L >= 3) & ((gap > 0) | shares) & ahead
+    # Odd L: the major escapes past the fixed point, and while it is below the bound the
+    # leader is above it: its first lead comes past the bound, for good
+    # (docs/theory/regimes.md#escape-past-the-fixed-point).
+    past = _l2_past_fixed_point(s, mu, L, rho, eta) & (jnp.max(s) > bound)
+    return leads, w + 1, (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
 
 
 def _l2_race_to_bound(s, mu, L, rho, w, eta=None):

@@ -19,14 +19,16 @@ from samflow.rules import SAM_L2
 
 
 def _certify(s, mu, depth, rho, eta=None):
-    """l2-SAM's certificate over states s [n, d], in float64 as the engine evaluates it."""
+    """l2-SAM's certificate over states s [n, d] (rho a number or [n]), in float64 as the
+    engine evaluates it."""
     with jax.enable_x64(True):
         eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
+        rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), (len(s),))
 
-        def one(s_, mu_):
-            return SAM_L2.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
+        def one(s_, mu_, rho_):
+            return SAM_L2.balanced.fate(s_, mu_, depth, rho_, eta)
 
-        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
+        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu), rho)
         return np.asarray(code), np.asarray(winner)
 
 
@@ -100,7 +102,9 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
     fired_total = 0
     for eta in (0.05, 0.9 * limit):
         code, winner = _certify(s, mu, depth, rho, eta)
-        fired = np.nonzero((code == fates.RETURNS) & (winner == a + 1))[0]
+        # TAKES_OVER where the leader is past the bound (tested below)
+        fired = np.isin(code, [fates.RETURNS, fates.TAKES_OVER]) & (winner == a + 1)
+        fired = np.nonzero(fired)[0]
         fired_total += len(fired)
         _, kept, last = _map(mu[fired], u[fired], L, rho, eta, 8_000)
         assert np.all(kept), eta
@@ -185,3 +189,61 @@ def test_escape_labels_hold_50x_longer():
         cut = [int(v) for k, v in enumerate(run[1 : steps + 1]) if k == 0 or v != run[k]]
         assert cut == seen and path[: len(seen)] == seen, (path, seen)
         assert path[-1] != 4 or path.count(4) >= 2, path
+
+
+def test_escape_with_the_leader_past_the_bound_is_a_take_over():
+    """L = 3: a minor k leading above sqrt(L) rho, the major below it and ahead in rate.
+    No u_j falls, so when the major first leads its u is past the bound, where it keeps
+    the lead: the certificate says TAKES_OVER (the major). The NumPy float64 map (eta
+    0.05, 4,000 steps, read every step) has the major lead only past the bound, ahead in
+    rate, and, once it leads, lead to the end; some take the lead within the run."""
+    rng = np.random.default_rng(11)
+    n, rho, L, eta = 24, 0.5, 3, 0.05
+    bound = np.sqrt(L) * rho
+    rows = np.arange(n)
+    mu = rng.uniform(0.3, 1.0, size=(n, 4))
+    a, k = rng.integers(0, 4, size=n), rng.integers(1, 4, size=n)
+    k = (a + k) % 4
+    mu[rows, a] = rng.uniform(2.0, 3.0, size=n)
+    u = bound * rng.uniform(0.1, 0.5, size=(n, 4))
+    u[rows, a] = bound * rng.uniform(0.8, 0.95, size=n)
+    u[rows, k] = bound * rng.uniform(1.05, 1.5, size=n)
+    code, winner = _certify(np.log(u), mu, L, rho, eta)
+    assert np.all(code == fates.TAKES_OVER) and np.all(winner == a + 1)
+    uu, seen = u.copy(), 0
+    first = np.full(n, -1)
+    for t in range(4000):
+        uu = _step(uu, mu, L, rho, eta)
+        x = mu * uu
+        leads = np.argmax(uu, axis=1) == a
+        assert np.all(uu[rows, a][leads] > bound), t
+        assert np.all(np.argmax(x, axis=1)[leads] == a[leads]), t
+        assert np.all(leads[first >= 0]), t  # once it leads, it leads
+        first = np.where((first < 0) & leads, t, first)
+    seen = int(np.sum(first >= 0))
+    assert seen >= 3, seen
+
+
+def test_escape_below_the_bound_is_no_take_over():
+    """The leader's bound is needed: from random L = 3 states with a minor leading and the
+    major ahead in rate, the NumPy map (eta 0.05, 4,000 steps, read every step) has some
+    major lead and then lose the lead (held back below sqrt(L) rho); at none of those
+    states may the certificate say TAKES_OVER (with the leader's bound dropped from
+    ``_l2_lead``, it does: checked by hand)."""
+    rng = np.random.default_rng(0)
+    n, L, eta = 400, 3, 0.05
+    rho = np.exp(rng.uniform(np.log(0.02), 0.0, (n, 1)))
+    mu = rng.uniform(0.5, 3.0, (n, 4))
+    u = rho * np.exp(rng.uniform(-3.0, 0.5, (n, 4)))
+    a = np.argmax(mu, axis=1)
+    led, lost, uu = np.zeros(n, bool), np.zeros(n, bool), u.copy()
+    for _ in range(4000):
+        uu = _step(uu, mu, L, rho, eta)
+        leads = np.argmax(uu, axis=1) == a
+        lost |= led & ~leads
+        led |= leads
+    ahead = np.argmax(mu * u, axis=1) == a
+    cases = np.nonzero(lost & (np.argmax(u, axis=1) != a) & ahead)[0]
+    assert len(cases) >= 3, len(cases)
+    code, _ = _certify(np.log(u[cases]), mu[cases], L, rho[cases, 0], eta)
+    assert np.all(code != fates.TAKES_OVER), cases[code == fates.TAKES_OVER]
