@@ -151,12 +151,14 @@ def test_a_certified_step_map_never_hands_the_lead_on(method, depth):
 
 def test_the_l2_bound_is_needed():
     """Below u_major = sqrt(L) rho a lead can break: l2-SAM at L = 3, rho 1, from u =
-    (0.3, 0.3, 0.3, 0.31) the major leads but is below the bound (no certificate), and
-    the flow hands the lead to a minor coordinate."""
+    (0.3, 0.3, 0.3, 0.31) the major leads but is below the bound (no certificate that it
+    keeps the lead; the escape past the fixed point says only that it leads for ever from
+    some later time, docs/theory/regimes.md#escape-past-the-fixed-point), and the flow
+    hands the lead to a minor coordinate."""
     L, rho, mu = 3, 1.0, np.asarray(MU)
     s = np.log(np.array([0.3, 0.3, 0.3, 0.31]))
     code, _ = _certify(SAM_L2, s[None], mu[None], L, rho)
-    assert code[0] == fates.OPEN
+    assert code[0] in (fates.OPEN, fates.RETURNS)
     leads, _ = _flow_leaders("sam-l2", mu, s, L, rho, 50.0)
     assert leads[0] == 4 and np.any(leads != 4)
 
@@ -265,11 +267,15 @@ def test_a_take_over_flow_hands_the_lead_to_the_major(method, depth):
     mu, s, a = _minor_ahead(rng, 48 if below else 24, depth, rho, method)
     method = "sam-l2" if below else method
     code, winner = _certify(METHODS[method], s, mu, depth, rho)
-    fired = np.nonzero(code == fates.TAKES_OVER)[0]
-    if below:  # the shares condition, and only it, certifies these states
-        kept = [_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))]
-        low = np.exp(s[np.arange(len(mu)), a]) <= np.sqrt(depth) * rho
-        assert np.array_equal(code == fates.TAKES_OVER, np.array(kept) & low)
+    # At odd L a leader past sqrt(L) rho with the major below it is a take-over by the
+    # escape past the fixed point (its own proof, tested in tests/test_escape.py): not here.
+    kept = np.array([_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))])
+    low = np.exp(s[np.arange(len(mu)), a]) <= np.sqrt(depth) * rho
+    escape = (method == "sam-l2") & (depth % 2 == 1) & low & ~kept
+    escape &= np.max(s, axis=1) > np.log(np.sqrt(depth) * rho)
+    fired = np.nonzero((code == fates.TAKES_OVER) & ~escape)[0]
+    if below:  # the shares condition, and only it, certifies the others
+        assert np.array_equal((code == fates.TAKES_OVER) & ~escape, kept & low)
     assert len(fired) >= 8, f"only {len(fired)} of {len(mu)} sampled states certified"
     assert np.all(winner[fired] == a[fired] + 1)
     seen = 0
