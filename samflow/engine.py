@@ -414,6 +414,13 @@ def _discrete_fate(
         & (jnp.abs(at_winner) >= top)
     )
     takeover = takeover | tied_lead
+    # The major leads for ever from some finite time on, but may lead and lose before
+    # (docs/theory/regimes.md#escape-past-the-fixed-point): the label is known where the
+    # path so far already makes the run returned, whatever happens in between: the major
+    # led before and a minor leads now (the major appended), or it leads again now.
+    returns = certified & ~frozen & (code == fates.RETURNS) & (path.major_leads > 0)
+    takeover = takeover | (returns & (path.lead != winner))
+    settled = settled | (returns & (path.lead == winner) & (path.major_leads > 1))
     collapsed = certified & (code == fates.COLLAPSE)
     finite = certified & (code == fates.FINITE)  # linf-SAM's step at odd L, USAM
     fate = jnp.select(

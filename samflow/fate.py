@@ -26,7 +26,9 @@ A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
 :data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
 leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
 ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
-when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not.
+when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not;
+:data:`RETURNS` (the major leads for ever from some finite time on) decides a run only where
+its path already makes it *returned*.
 """
 
 from __future__ import annotations
@@ -37,4 +39,9 @@ LEADS = SETTLED
 TAKES_OVER = TAKEOVER
 """A certificate's code: its winner (the major) leads for ever once it leads, and it
 takes the lead within finite time."""
+RETURNS = 6
+"""A certificate's code: its winner (the major) leads for ever from some finite time on,
+but may still lead and lose before; it names the run's regime only where the path seen so
+far already makes it *returned* (the major led before and a minor leads now, or the major
+leads again)."""
 MEANINGS = "open settled collapse finite blowup takeover"

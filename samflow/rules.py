@@ -135,7 +135,8 @@ class BalancedFlow:
     ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
     certified; ``LEADS``: coordinate ``winner`` (1-based), once it leads, leads for
     ever; ``COLLAPSE``: beta tends to 0, or for a discrete run stays in a ball around 0
-    set by the step; ``FINITE``: beta tends to a finite nonzero point). ``eta`` (a
+    set by the step; ``FINITE``: beta tends to a finite nonzero point; ``RETURNS``: the
+    major leads for ever from some finite time on, not necessarily from its next lead). ``eta`` (a
     step size) asks for the discrete balanced step (:mod:`samflow.balanced`) of the
     logistic loss instead of the flow: only what is proven for that map is returned.
     """
@@ -159,6 +160,7 @@ def _log_form(
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
     lead: Callable[..., tuple[Array, Array]] | None = None,
     finite: Callable[..., Array] | None = None,
+    returns: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -179,6 +181,9 @@ def _log_form(
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
+    ``returns(s, mu, L, rho, eta)``: where the major provably leads for ever from some
+    finite time on, though it may still lead and lose before
+    (docs/theory/regimes.md#escape-past-the-fixed-point); None: never certified.
     """
 
     def field(tau, s, args):
@@ -220,7 +225,11 @@ def _log_form(
         (docs/theory/regimes.md#lead-certificates-at-every-depth; it excludes both
         collapse certificates); L >= 3: TAKES_OVER, winner the major,
         where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
-        Otherwise OPEN (a blow-up decides).
+        L >= 3: RETURNS, winner the major, where ``returns`` proves the major leads for
+        ever from some finite time on (not that it keeps its next lead: the run's label
+        is known only where the path already ends in a return,
+        docs/theory/regimes.md#escape-past-the-fixed-point). Otherwise OPEN (a blow-up
+        decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -253,6 +262,10 @@ def _log_form(
             # lead certificates: a winner keeps the largest x, which no such point has).
             converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
             code = jnp.where(converges, _fate.FINITE, code)
+        if returns is not None:
+            eventually = (depth >= 3) & (code == _fate.OPEN) & returns(s, mu, L, rho, eta)
+            code = jnp.where(eventually, _fate.RETURNS, code)
+            winner = jnp.where(eventually, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -331,7 +344,9 @@ def _l2_lead(s, mu, L, rho, eta=None):
     rate. Below the bound, at L >= 3, where :func:`_l2_shares_kept` holds for ``w``.
     Take-over (third value, L >= 3): the major's bound strict or :func:`_l2_shares_kept`,
     and ``x_k < x_a`` for every other ``k``, whoever leads
-    (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
+    (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
+    :func:`_l2_past_fixed_point` with the leader above the bound
+    (docs/theory/regimes.md#escape-past-the-fixed-point). Compared in logs."""
     log_x = jnp.log(mu) + (L - 2) * s
     # The leader; among coordinates tied at the top, the one with the largest rate (the
     # major where it is among them), which the exact first step puts strictly ahead.
@@ -344,7 +359,11 @@ def _l2_lead(s, mu, L, rho, eta=None):
     leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
     shares = _l2_shares_kept(s, mu, L, rho)
     ahead = _ahead_in_rate(s, mu, L)
-    return leads, w + 1, (L >= 3) & ((gap > 0) | shares) & ahead
+    # Odd L: the major escapes past the fixed point, and while it is below the bound the
+    # leader is above it: its first lead comes past the bound, for good
+    # (docs/theory/regimes.md#escape-past-the-fixed-point).
+    past = _l2_past_fixed_point(s, mu, L, rho, eta) & (jnp.max(s) > bound)
+    return leads, w + 1, (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
 
 
 def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
@@ -411,6 +430,34 @@ def _l2_shares_kept(s, mu, L, rho, a=None):
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
     ahead = jnp.all(~others | (log_q < 0))
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
+
+
+def _l2_past_fixed_point(s, mu, L, rho, eta=None):
+    r"""Where the major of l2-SAM at odd ``L >= 3`` provably leads for ever from some
+    finite time on (derived in docs/theory/regimes.md#escape-past-the-fixed-point): the
+    major ``a`` strictly ahead in rate (``x_k < x_a``), some ``u_j`` above the fixed point
+    ``u*`` (every ``r_j = 1``: ``u*_j = (X / mu_j)^(1/n)``, ``n = L - 2``, ``||u*||_2 = rho /
+    sqrt(L)``), and for the step ``n eta x_bar ((L-2)/L)^(L-2) < 1``, ``x_bar = mu_a
+    (sqrt(L) rho)^n``, which keeps the order of ``x`` at every step while ``u_a <= sqrt(L)
+    rho``. At odd L no ``u_j`` falls; a run whose ``u_a`` stayed below ``sqrt(L) rho``
+    would be bounded, so would converge to a point where every step factor is 1, which is
+    ``u*``, out of reach from above it. So ``u_a`` passes ``sqrt(L) rho`` ahead in rate,
+    where the take-over of docs/theory/regimes.md#takeover-at-every-depth holds. Compared
+    in logs (``s = log u``)."""
+    Lp = jnp.maximum(L, 3.0)  # the argument is for odd L >= 3 (the rest masked below)
+    n = Lp - 2
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    # log u*_j = log rho - log(L)/2 - log(sum_k mu_k^(-2/n))/2 - log(mu_j)/n
+    log_u_star = log_rho - 0.5 * jnp.log(Lp) - 0.5 * jax.nn.logsumexp(-2 * log_mu / n) - log_mu / n
+    # above u* by more than rounding: at u* itself nothing moves
+    above = jnp.any(s > log_u_star + 1e-10)
+    odd = (jnp.round(L) % 2 == 1) & (L >= 3)
+    ok = odd & above & _ahead_in_rate(s, mu, Lp)
+    if eta is None:
+        return ok
+    log_x_bar = jnp.log(jnp.max(mu)) + n * (log_rho + 0.5 * jnp.log(Lp))
+    log_kink = n * (jnp.log(n) - jnp.log(Lp))  # log ((L-2)/L)^(L-2)
+    return ok & (jnp.log(n) + jnp.log(eta) + log_x_bar + log_kink < 0)
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
@@ -582,19 +629,29 @@ def _l2_deep_collapse(s, mu, L, rho, eta=None):
     so a coordinate at the maximum has ``r = rho mu_j U^(L-2) / N >= rho_0 / U > 1`` and
     shrinks (``(1 - r)^(L-1) < 0``, L - 1 odd): ``U`` never rises, the bound holds for
     ever, and ``dU/dtau <= -mu_min U^(L-1) (r_0 - 1)^(L-1)`` drives ``U``, hence beta, to
-    0. Discrete step (``eta`` given): ``U`` never leaves ``[0, B]``, ``B = max(U, eta
-    mu_max (rho / sqrt L)^(L-1))``, where ``B < rho_0`` and ``(B / rho_0)^(1/(L-2)) (1 +
-    eta sqrt(L) ||mu||_2 B^(L-1) / rho) <= 1``: a coordinate with ``r_j >= 1`` has ``|u_j'|
+    0. Discrete step (``eta`` given): ``U`` never leaves ``[0, B]``, ``B = max(U, eta J)``,
+    ``J = min(mu_max (rho / sqrt L)^(L-1), mu_max^(1/L) (p / e)^p)``, ``p = (L-1)/L``,
+    where ``B < rho_0`` and ``(B / rho_0)^(1/(L-2)) (1 + eta sqrt(L) ||mu||_2 B^(L-1) /
+    rho) <= 1``: a coordinate with ``r_j >= 1`` has ``|u_j'|
     = |u_j| |1 - a_j|``, ``a_j = h x_j (r_j - 1)^(L-1)``, at most ``|u_j|`` for ``a_j <= 2``
-    and else below ``h mu_j (|u_j| r_j)^(L-1) <= eta mu_max (rho / sqrt L)^(L-1)`` (``|u_j|
-    r_j = rho mu_j |u_j|^(L-1) / N <= rho / sqrt L``); one with ``r_j < 1`` has ``|u_j| <
+    and else below ``h mu_j |w~_j|^(L-1) <= h mu_j (|u_j| r_j)^(L-1) <= eta mu_max (rho /
+    sqrt L)^(L-1)`` (``|u_j| r_j = rho mu_j |u_j|^(L-1) / N <= rho / sqrt L``), and below
+    ``eta mu_j t^(L-1) e^(-mu_j t^L) <= eta mu_j^(1/L) (p / e)^p`` (``t = |w~_j|``, ``h <= eta
+    e^(-z~)``, ``z~ >= mu_j t^L`` at even L); one with ``r_j < 1`` has ``|u_j| <
     U (U / rho_0)^(1/(L-2))`` and grows by at most ``1 + h N / rho``. Compared in logs
     (``s = log |u|``)."""
     log_rho0 = jnp.log(rho * jnp.min(mu)) - 0.5 * jnp.log(L) - 0.5 * jnp.log(jnp.sum(mu * mu))
     if eta is None:
         return (jnp.max(s) < log_rho0) | _l2_shrinking_below_fixed_point(s, mu, L, rho)
     Lp = jnp.maximum(L, 4.0)  # the step's bound is for L >= 4 (masked by the caller)
-    log_step = jnp.log(eta) + jnp.log(jnp.max(mu)) + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp))
+    # The jump past 0: below eta mu_max (rho / sqrt L)^(L-1), and below eta mu_max^(1/L)
+    # (p / e)^p, p = (L-1)/L, as h <= eta e^(-z~) and z~ >= mu_j |w~_j|^L.
+    log_mu_max = jnp.log(jnp.max(mu))
+    p = (Lp - 1) / Lp
+    log_step = jnp.log(eta) + jnp.minimum(
+        log_mu_max + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp)),
+        log_mu_max / Lp + p * (jnp.log(p) - 1),
+    )
     log_B = jnp.maximum(jnp.max(s), log_step)
     grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
     return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)
@@ -939,7 +996,9 @@ SAM_L2 = PerturbationRule(
     "sam-l2",
     _l2_direction,
     True,
-    _log_form(_l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead),
+    _log_form(
+        _l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead, returns=_l2_past_fixed_point
+    ),
     layers_alike=_l2_alike,
 )
 r"""l2-SAM: \(\varepsilon = g / \lVert g\rVert_2\) over every layer (scale invariant)."""

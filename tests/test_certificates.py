@@ -151,12 +151,14 @@ def test_a_certified_step_map_never_hands_the_lead_on(method, depth):
 
 def test_the_l2_bound_is_needed():
     """Below u_major = sqrt(L) rho a lead can break: l2-SAM at L = 3, rho 1, from u =
-    (0.3, 0.3, 0.3, 0.31) the major leads but is below the bound (no certificate), and
-    the flow hands the lead to a minor coordinate."""
+    (0.3, 0.3, 0.3, 0.31) the major leads but is below the bound (no certificate that it
+    keeps the lead; the escape past the fixed point says only that it leads for ever from
+    some later time, docs/theory/regimes.md#escape-past-the-fixed-point), and the flow
+    hands the lead to a minor coordinate."""
     L, rho, mu = 3, 1.0, np.asarray(MU)
     s = np.log(np.array([0.3, 0.3, 0.3, 0.31]))
     code, _ = _certify(SAM_L2, s[None], mu[None], L, rho)
-    assert code[0] == fates.OPEN
+    assert code[0] in (fates.OPEN, fates.RETURNS)
     leads, _ = _flow_leaders("sam-l2", mu, s, L, rho, 50.0)
     assert leads[0] == 4 and np.any(leads != 4)
 
@@ -265,11 +267,15 @@ def test_a_take_over_flow_hands_the_lead_to_the_major(method, depth):
     mu, s, a = _minor_ahead(rng, 48 if below else 24, depth, rho, method)
     method = "sam-l2" if below else method
     code, winner = _certify(METHODS[method], s, mu, depth, rho)
-    fired = np.nonzero(code == fates.TAKES_OVER)[0]
-    if below:  # the shares condition, and only it, certifies these states
-        kept = [_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))]
-        low = np.exp(s[np.arange(len(mu)), a]) <= np.sqrt(depth) * rho
-        assert np.array_equal(code == fates.TAKES_OVER, np.array(kept) & low)
+    # At odd L a leader past sqrt(L) rho with the major below it is a take-over by the
+    # escape past the fixed point (its own proof, tested in tests/test_escape.py): not here.
+    kept = np.array([_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))])
+    low = np.exp(s[np.arange(len(mu)), a]) <= np.sqrt(depth) * rho
+    escape = (method == "sam-l2") & (depth % 2 == 1) & low & ~kept
+    escape &= np.max(s, axis=1) > np.log(np.sqrt(depth) * rho)
+    fired = np.nonzero((code == fates.TAKES_OVER) & ~escape)[0]
+    if below:  # the shares condition, and only it, certifies the others
+        assert np.array_equal((code == fates.TAKES_OVER) & ~escape, kept & low)
     assert len(fired) >= 8, f"only {len(fired)} of {len(mu)} sampled states certified"
     assert np.all(winner[fired] == a[fired] + 1)
     seen = 0
@@ -408,31 +414,39 @@ def test_a_discrete_collapse_at_even_depth_stays_in_its_ball(depth):
     """l2-SAM's discrete collapse certificate at even L >= 4
     (docs/theory/regimes.md#collapse-certificates): from random states it certifies
     (signs mixed: the map is even in each u_j), a NumPy float64 loop of the balanced step
-    map, eta 0.01 to 2, keeps max_j |u_j| <= B = max(U, eta mu_max (rho / sqrt L)^(L-1))
-    at every one of 3,000 steps (a relative slack of 1e-12: float64 rounding of |u|)."""
+    map, eta 0.01 to 2, keeps max_j |u_j| <= B = max(U, eta J) at every one of 3,000 steps
+    (a relative slack of 1e-12: float64 rounding of |u|), J = min(mu_max (rho / sqrt
+    L)^(L-1), mu_max^(1/L) (p / e)^p), p = (L - 1) / L. At rho 4, eta 0.3 only the second
+    bound of J certifies (the first is above rho_0)."""
     rng = np.random.default_rng(50 + depth)
-    rho, n = 1.0, 64
-    mu = rng.uniform(0.5, 3.0, size=(n, 4))
-    rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
-    u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
-    u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
+    n = 64
     fired_total = 0
-    for eta in (0.01, 0.3, 2.0):
+    new_bound = 0  # states certified only by the second bound of J
+    for rho, eta in ((1.0, 0.01), (1.0, 2.0), (4.0, 0.3)):
+        mu = rng.uniform(0.5, 3.0, size=(n, 4))
+        rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
+        u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
+        u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
         code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, eta)
         fired = np.nonzero(code == fates.COLLAPSE)[0]
         fired_total += len(fired)
         m_, u = mu[fired], u0[fired].copy()
-        B = np.maximum(
-            np.max(np.abs(u), axis=1), eta * m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1)
+        p = (depth - 1) / depth
+        J = np.minimum(
+            m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1),
+            m_.max(axis=1) ** (1 / depth) * (p / np.e) ** p,
         )
+        B = np.maximum(np.max(np.abs(u), axis=1), eta * J)
         assert np.all(B < rho0[fired])
+        old_J = m_.max(axis=1) * (rho / np.sqrt(depth)) ** (depth - 1)
+        new_bound += np.sum(eta * old_J >= rho0[fired])
         for t in range(3000):
             m = m_ * u ** (depth - 1)
             w = u - rho * m / np.sqrt(depth * np.sum(m * m, axis=1, keepdims=True))
             zt = np.minimum(np.sum(m_ * w**depth, axis=1, keepdims=True), 700.0)
             u = u + eta / (1.0 + np.exp(zt)) * m_ * w ** (depth - 1)
             assert np.all(np.max(np.abs(u), axis=1) <= B * (1 + 1e-12)), (eta, t)
-    assert fired_total >= 60, fired_total
+    assert fired_total >= 60 and new_bound >= 20, (fired_total, new_bound)
 
 
 def test_discrete_collapses_at_depth_4_hold_50x_longer():
@@ -458,8 +472,12 @@ def test_discrete_collapses_at_depth_4_hold_50x_longer():
         zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
         u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
         if t + 1 == steps:  # the engine's stop: the certificate, in NumPy
-            step = eta * mu.max() * (rho[:, 0] / np.sqrt(L)) ** (L - 1)
-            B = np.maximum(np.max(np.abs(u), axis=1), step)
+            p = (L - 1) / L
+            jump = np.minimum(
+                mu.max() * (rho[:, 0] / np.sqrt(L)) ** (L - 1),
+                mu.max() ** (1 / L) * (p / np.e) ** p,
+            )
+            B = np.maximum(np.max(np.abs(u), axis=1), eta * jump)
             grow = 1 + eta * np.sqrt(L * np.sum(mu * mu)) * B ** (L - 1) / rho[:, 0]
             assert np.all(B < rho0) and np.all((B / rho0) ** (1 / (L - 2)) * grow <= 1)
         if t + 1 >= steps:
