@@ -22,19 +22,29 @@ Codes (``int``, the same in every batch element):
   regime is the path seen so far with the major appended (the minor leaders in between,
   if any, are not followed and change no label).
 
+- :data:`RETURN` (6): the major leads where the run stopped, and a certificate proves
+  it hands the lead on within finite time and then takes it back for ever
+  (docs/theory/regimes.md#usam-returns): the regime is *returned*, the limit's leader the
+  major.
+
 A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
 :data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
 leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
 ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
-when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not.
+when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not;
+and :data:`RETURNS` (the winner, the major, leads now, loses the lead and takes it back for
+ever), the run :data:`RETURN` where the major leads.
 """
 
 from __future__ import annotations
 
-OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER = range(6)
+OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER, RETURN = range(7)
 LEADS = SETTLED
 """A certificate's code: its winner, once it leads, leads for ever."""
 TAKES_OVER = TAKEOVER
 """A certificate's code: its winner (the major) leads for ever once it leads, and it
 takes the lead within finite time."""
-MEANINGS = "open settled collapse finite blowup takeover"
+RETURNS = RETURN
+"""A certificate's code: its winner (the major) leads now, hands the lead on within finite
+time and takes it back for ever."""
+MEANINGS = "open settled collapse finite blowup takeover return"

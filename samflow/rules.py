@@ -159,6 +159,7 @@ def _log_form(
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
     lead: Callable[..., tuple[Array, Array]] | None = None,
     finite: Callable[..., Array] | None = None,
+    returns: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -179,6 +180,9 @@ def _log_form(
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
+    ``returns(s, mu, L, rho, eta)``: where the major, leading at ``L >= 3``, provably
+    hands the lead on and takes it back for ever (docs/theory/regimes.md#usam-returns);
+    None: never certified.
     """
 
     def field(tau, s, args):
@@ -253,6 +257,12 @@ def _log_form(
             # lead certificates: a winner keeps the largest x, which no such point has).
             converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
             code = jnp.where(converges, _fate.FINITE, code)
+        if returns is not None:
+            # L >= 3: the major leads now, loses the lead and wins it back (it excludes the
+            # lead certificates, which keep the lead, and the finite limit, which has none).
+            back = (depth >= 3) & (code == _fate.OPEN) & returns(s, mu, L, rho, eta)
+            code = jnp.where(back, _fate.RETURNS, code)
+            winner = jnp.where(back, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -530,15 +540,7 @@ def _usam_finite(s, mu, L, rho, eta=None):
     log_z = jax.nn.logsumexp(log_mu + Lp * s)
     log_r = jnp.log(rho) + _usam_log_c(log_mu, s, Lp) + log_mu + (Lp - 2) * s
 
-    def newton(_, l):
-        G = log_K + jnp.log(q) + (q - 1) * jax.nn.softplus(l) + l
-        return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
-
-    # G >= 0 at the start: Newton from above on the convex G; a loop, not unrolled (the
-    # certificate sits in every compiled USAM program).
-    Z = jax.lax.fori_loop(
-        0, 60, newton, -(log_K + jnp.log(q))
-    )  # t = e^Z solves K q (1 + t)^(q - 1) t = 1: the top of z - h(z)
+    Z = _usam_gap_top(log_K, q)
     log_h = log_K + q * jax.nn.softplus(Z)
     gap = (Z > 0) & (log_h < jnp.log(jnp.maximum(Z, tiny)))
     holds = gap & jnp.all(log_r <= 0) & (log_z <= jnp.log(jnp.maximum(Z, tiny)))
@@ -560,6 +562,62 @@ def _usam_finite(s, mu, L, rho, eta=None):
         jnp.maximum(Z, tiny)
     )
     return holds & kept & no_jump
+
+
+def _usam_gap_top(log_K, q):
+    """The top ``Z`` of ``z - K (1 + e^z)^q`` (``q > 1``): ``t = e^Z`` solves ``K q (1 +
+    t)^(q - 1) t = 1``, by Newton on the increasing, convex ``G(l) = log K + log q + (q - 1)
+    softplus(l) + l`` (``l = Z``) from above (``G >= 0`` at the start); a loop, not unrolled
+    (the certificates sit in every compiled USAM program)."""
+
+    def newton(_, l):
+        G = log_K + jnp.log(q) + (q - 1) * jax.nn.softplus(l) + l
+        return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
+
+    return jax.lax.fori_loop(0, 60, newton, -(log_K + jnp.log(q)))
+
+
+def _usam_returns(s, mu, L, rho, eta=None):
+    """Where the USAM flow at ``L >= 3`` provably hands the major's lead on and gives it
+    back for ever (docs/theory/regimes.md#usam-returns): the state is in ``R`` (every ``r_j
+    = rho c x_j <= 1``), the major ``a`` leads (``u_a >= u_j``) with the strictly largest
+    ``x``, no fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`),
+    and the major's own gap holds: ``h_a(Z_a) < Z_a`` with ``h_a(z) = K_a (1 + e^z)^q``,
+    ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a`` the top of ``z - h_a(z)``, and ``z <=
+    Z_a``. ``R`` is never left and every ``u_j`` grows in it; with no fixed point ``z``
+    grows without bound, while the major leads ``z <= h_a(z)``: the major loses the lead
+    before ``z`` reaches ``Z_a``. Then ``c -> 0``, every ``r_j -> 0`` and the flow blows
+    up in finite time, won by the largest ``x``, the major
+    (docs/theory/regimes.md#blow-up-winner). Flow only (``eta`` given: never). Compared
+    in logs."""
+    if eta is not None:
+        return jnp.zeros((), bool)
+    tiny = jnp.finfo(s.dtype).tiny
+    Lp = jnp.maximum(L, 3.0)  # q is finite at L >= 3 only (L = 2 masked by the caller)
+    q = Lp / (Lp - 2)
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    a = jnp.argmax(mu)
+    log_r = log_rho + _usam_log_c(log_mu, s, Lp) + log_mu + (Lp - 2) * s
+    log_K = jax.nn.logsumexp(log_mu - q * (log_rho + log_mu))
+    Z = _usam_gap_top(log_K, q)
+    # No fixed point: the convex h(z) - z is positive at its top Z (or on z >= 0 where Z <= 0);
+    # a margin of 1e-9 in logs over Newton's last iterate, converged to rounding.
+    no_fixed = (Z <= 0) | (log_K + q * jax.nn.softplus(Z) > jnp.log(jnp.maximum(Z, tiny)) + 1e-9)
+    log_Ka = jnp.log(jnp.sum(mu)) - q * (log_rho + log_mu[a])
+    Za = _usam_gap_top(log_Ka, q)
+    log_Za = jnp.log(jnp.maximum(Za, tiny))
+    gap = (Za > 0) & (log_Ka + q * jax.nn.softplus(Za) < log_Za)
+    log_z = jax.nn.logsumexp(log_mu + Lp * s)
+    leads = jnp.all(s <= s[a])
+    return (
+        (L >= 3)
+        & jnp.all(log_r <= 0)
+        & leads
+        & _ahead_in_rate(s, mu, Lp)
+        & no_fixed
+        & gap
+        & (log_z <= log_Za)
+    )
 
 
 def _l2_step_collapse(mu, rho, eta):
@@ -955,7 +1013,13 @@ USAM = PerturbationRule(
     "usam",
     _usam_direction,
     False,
-    _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead, finite=_usam_finite),
+    _log_form(
+        _usam_log_c,
+        _usam_step_collapse,
+        lead=_usam_lead,
+        finite=_usam_finite,
+        returns=_usam_returns,
+    ),
     layers_alike=_usam_alike,
 )
 r"""Unnormalised SAM (USAM), a control: \(\varepsilon = g\) (not scale invariant)."""
