@@ -22,18 +22,19 @@ Codes (``int``, the same in every batch element):
   regime is the path seen so far with the major appended (the minor leaders in between,
   if any, are not followed and change no label).
 
-- :data:`RETURN` (6): the major leads where the run stopped, and a certificate proves
-  it hands the lead on within finite time and then takes it back for ever
-  (docs/theory/regimes.md#usam-returns): the regime is *returned*, the limit's leader the
-  major.
+- :data:`RETURN` (6): a certificate proves the major leads for ever from some time on
+  and, where it leads at the stop, hands the lead on first
+  (docs/theory/regimes.md#usam-returns): where the major has led, the regime is
+  *returned*, the limit's leader the major (else unresolved).
 
 A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
 :data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
 leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
 ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
 when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not;
-and :data:`RETURNS` (the winner, the major, leads now, loses the lead and takes it back for
-ever), the run :data:`RETURN` where the major leads.
+and :data:`RETURNS` (the winner, the major, leads for ever from some time on, and if it
+leads now it loses the lead first), the run :data:`RETURN` where the major leads, or at
+the run's end.
 """
 
 from __future__ import annotations
@@ -45,6 +46,6 @@ TAKES_OVER = TAKEOVER
 """A certificate's code: its winner (the major) leads for ever once it leads, and it
 takes the lead within finite time."""
 RETURNS = RETURN
-"""A certificate's code: its winner (the major) leads now, hands the lead on within finite
-time and takes it back for ever."""
+"""A certificate's code: its winner (the major) leads for ever from some time on, and,
+leading now, hands the lead on first."""
 MEANINGS = "open settled collapse finite blowup takeover return"

@@ -801,8 +801,9 @@ def integrate(
         leads = (code == fates.LEADS) | (code == fates.TAKES_OVER)
         settled = leads & (top(f.log_beta(y)) == winner)
         takeover = end & (code == fates.TAKES_OVER) & ~settled
-        # The major leads, hands the lead on and wins it back (docs/theory/regimes.md#usam-returns).
-        returning = (code == fates.RETURNS) & (top(f.log_beta(y)) == winner)
+        # The major hands the lead on (where it leads) and wins it back
+        # (docs/theory/regimes.md#usam-returns); a minor leading: at the run's end only.
+        returning = (code == fates.RETURNS) & ((top(f.log_beta(y)) == winner) | end)
         return jnp.select(
             [settled, code == fates.COLLAPSE, code == fates.FINITE, takeover, returning],
             [fates.SETTLED, fates.COLLAPSE, fates.FINITE, fates.TAKEOVER, fates.RETURN],

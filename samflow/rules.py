@@ -180,9 +180,9 @@ def _log_form(
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
-    ``returns(s, mu, L, rho, eta)``: where the major, leading at ``L >= 3``, provably
-    hands the lead on and takes it back for ever (docs/theory/regimes.md#usam-returns);
-    None: never certified.
+    ``returns(s, mu, L, rho, eta)``: where the major at ``L >= 3`` provably leads for
+    ever from some time on, and, leading now, hands the lead on first
+    (docs/theory/regimes.md#usam-returns); None: never certified.
     """
 
     def field(tau, s, args):
@@ -258,8 +258,8 @@ def _log_form(
             converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
             code = jnp.where(converges, _fate.FINITE, code)
         if returns is not None:
-            # L >= 3: the major leads now, loses the lead and wins it back (it excludes the
-            # lead certificates, which keep the lead, and the finite limit, which has none).
+            # L >= 3: the major wins in the end and, leading now, loses the lead first (it
+            # excludes the lead certificates, which keep the lead, and the finite limit).
             back = (depth >= 3) & (code == _fate.OPEN) & returns(s, mu, L, rho, eta)
             code = jnp.where(back, _fate.RETURNS, code)
             winner = jnp.where(back, _major(mu), winner)
@@ -578,18 +578,18 @@ def _usam_gap_top(log_K, q):
 
 
 def _usam_returns(s, mu, L, rho, eta=None):
-    """Where the USAM flow at ``L >= 3`` provably hands the major's lead on and gives it
-    back for ever (docs/theory/regimes.md#usam-returns): the state is in ``R`` (every ``r_j
-    = rho c x_j <= 1``), the major ``a`` leads (``u_a >= u_j``) with the strictly largest
-    ``x``, no fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`),
-    and the major's own gap holds: ``h_a(Z_a) < Z_a`` with ``h_a(z) = K_a (1 + e^z)^q``,
-    ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a`` the top of ``z - h_a(z)``, and ``z <=
-    Z_a``. ``R`` is never left and every ``u_j`` grows in it; with no fixed point ``z``
-    grows without bound, while the major leads ``z <= h_a(z)``: the major loses the lead
-    before ``z`` reaches ``Z_a``. Then ``c -> 0``, every ``r_j -> 0`` and the flow blows
-    up in finite time, won by the largest ``x``, the major
-    (docs/theory/regimes.md#blow-up-winner). Flow only (``eta`` given: never). Compared
-    in logs."""
+    """Where the USAM flow at ``L >= 3`` provably ends led by the major, which, if it leads
+    now, first hands the lead on (docs/theory/regimes.md#usam-returns): the state is in
+    ``R`` (every ``r_j = rho c x_j <= 1``), the major ``a`` has the strictly largest ``x``,
+    no fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`), and a
+    minor leads, or the major leads (``u_a >= u_j``) and its own gap holds: ``h_a(Z_a) <
+    Z_a`` with ``h_a(z) = K_a (1 + e^z)^q``, ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a``
+    the top of ``z - h_a(z)``, and ``z <= Z_a``. ``R`` is never left and every ``u_j``
+    grows in it; with no fixed point ``z`` grows without bound, and while the major leads
+    ``z <= h_a(z)``: the major loses the lead before ``z`` reaches ``Z_a``. Then ``c -> 0``,
+    every ``r_j -> 0`` and the flow blows up in finite time, won by the largest ``x``, the
+    major (docs/theory/regimes.md#blow-up-winner). Flow only (``eta`` given: never).
+    Compared in logs."""
     if eta is not None:
         return jnp.zeros((), bool)
     tiny = jnp.finfo(s.dtype).tiny
@@ -609,15 +609,8 @@ def _usam_returns(s, mu, L, rho, eta=None):
     gap = (Za > 0) & (log_Ka + q * jax.nn.softplus(Za) < log_Za)
     log_z = jax.nn.logsumexp(log_mu + Lp * s)
     leads = jnp.all(s <= s[a])
-    return (
-        (L >= 3)
-        & jnp.all(log_r <= 0)
-        & leads
-        & _ahead_in_rate(s, mu, Lp)
-        & no_fixed
-        & gap
-        & (log_z <= log_Za)
-    )
+    handed_on = ~leads | (gap & (log_z <= log_Za))  # a minor leads now, or will
+    return (L >= 3) & jnp.all(log_r <= 0) & _ahead_in_rate(s, mu, Lp) & no_fixed & handed_on
 
 
 def _l2_step_collapse(mu, rho, eta):

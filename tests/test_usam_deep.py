@@ -262,12 +262,16 @@ def test_the_engine_labels_the_finite_limit():
         assert np.all(u <= star * (1 + 1e-12))
 
 
-def _returning_states(rng, n, L, rho):
-    """Random states with the major (the last coordinate, the largest mu) leading: mu
-    sorted in [0.5, 4], u in [0.02, 0.3] with the major 1-1.2 times the largest."""
+def _returning_states(rng, n, L, rho, leader="major"):
+    """Random states: mu sorted in [0.5, 4] (the major last), u in [0.02, 0.3] with the
+    major 1-1.2 times the largest (``leader`` "major") or a minor 1-1.1 times the major
+    ("minor")."""
     mu = np.sort(rng.uniform(0.5, 4.0, (n, 4)), axis=1)
     u = rng.uniform(0.02, 0.3, (n, 4))
     u[:, -1] = u.max(axis=1) * rng.uniform(1.0, 1.2, n)
+    if leader == "minor":
+        k = rng.integers(0, 3, n)
+        u[np.arange(n), k] = u[:, -1] * rng.uniform(1.0, 1.1, n)
     return mu, u
 
 
@@ -276,8 +280,9 @@ def _path(s):
     return [int(lead[0])] + [int(k) for j, k in enumerate(lead[1:]) if k != lead[j]]
 
 
-@pytest.mark.parametrize(("depth", "rho"), [(3, 2.3), (4, 5.0)])
-def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho):
+@pytest.mark.parametrize(("depth", "rho", "leader"), [(3, 2.3, "major"), (4, 5.0, "major"),
+                                                     (4, 2.3, "minor")])  # fmt: skip
+def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho, leader):
     """docs/theory/regimes.md#usam-returns: from random states certified RETURNS, SciPy's
     DOP853 flow (read every step, in the time dsigma = max_j x_j dtau, to L max s = 400)
     hands the major's lead on, runs to the blow-up guard (no finite limit), and gives the
@@ -285,9 +290,9 @@ def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho):
     (the major's log x still the largest at the guard, by 1e-6: while the rates bunch up
     near r_j = 1 their gaps can close below the integrator's error and the computed order
     flip, which the exact flow never does, docs/theory/regimes.md#blow-up-winner; 1 of 8
-    here at L = 4)."""
+    here at L = 4). From a minor leading (no gap asked): the major wins the lead."""
     rng = np.random.default_rng(depth)
-    mu, u = _returning_states(rng, 200, depth, rho)
+    mu, u = _returning_states(rng, 200, depth, rho, leader)
     code, winner = _certify(np.log(u), mu, depth, rho)
     picked = np.nonzero(code == fates.RETURNS)[0]
     assert len(picked) >= 20 and np.all(winner[picked] == 4)
@@ -295,7 +300,7 @@ def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho):
     for i in picked[:8]:
         _, s = _flow(mu[i], np.log(u[i]), depth, rho, 1e6, top=400.0, clock=np.max)
         path = _path(s)
-        assert path[0] == 4 and len(path) >= 2  # the lead is handed on
+        assert (path[0] == 4) == (leader == "major") and len(path) >= 2  # handed on
         assert depth * s[:, -1].max() >= 400.0 - 1e-6  # unbounded: the guard is reached
         log_x = np.log(mu[i]) + (depth - 2) * s[:, -1]
         if np.min(log_x[-1] - log_x[:-1]) > 1e-6:
