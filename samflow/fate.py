@@ -22,26 +22,38 @@ Codes (``int``, the same in every batch element):
   regime is the path seen so far with the major appended (the minor leaders in between,
   if any, are not followed and change no label).
 
+- :data:`RETURN` (6): a certificate proves the major leads for ever from some time on
+  and, where it leads at the stop, hands the lead on first
+  (docs/theory/regimes.md#usam-returns): where the major has led, the regime is
+  *returned*, the limit's leader the major (else unresolved).
+
 A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
 :data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
 leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
 ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
 when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not;
-:data:`RETURNS` (the major leads for ever from some finite time on) decides a run only where
-its path already makes it *returned*.
+:data:`RETURNS` (the winner, the major, leads for ever from some time on, and if it
+leads now it loses the lead first), the run :data:`RETURN` where the major leads, or at
+the run's end; :data:`WINS_LATER` (the major leads for ever from some finite time on, but
+may still lead and lose before), the run :data:`RETURN` only where the path seen so far
+already makes it *returned* (the major led before and a minor leads now, or the major
+leads again).
 """
 
 from __future__ import annotations
 
-OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER = range(6)
+OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER, RETURN = range(7)
 LEADS = SETTLED
 """A certificate's code: its winner, once it leads, leads for ever."""
 TAKES_OVER = TAKEOVER
 """A certificate's code: its winner (the major) leads for ever once it leads, and it
 takes the lead within finite time."""
-RETURNS = 6
+RETURNS = RETURN
+"""A certificate's code: its winner (the major) leads for ever from some time on, and,
+leading now, hands the lead on first."""
+WINS_LATER = 7
 """A certificate's code: its winner (the major) leads for ever from some finite time on,
 but may still lead and lose before; it names the run's regime only where the path seen so
 far already makes it *returned* (the major led before and a minor leads now, or the major
 leads again)."""
-MEANINGS = "open settled collapse finite blowup takeover"
+MEANINGS = "open settled collapse finite blowup takeover return"

@@ -791,8 +791,8 @@ def integrate(
             return high - log_beta_max(y)
 
     def fate_of(y, end=False):
-        """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE or FINITE; at the
-        run's ``end`` also TAKEOVER)."""
+        """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE, FINITE or RETURN;
+        at the run's ``end`` also TAKEOVER)."""
         if f.certify is None:
             return jnp.asarray(fates.OPEN, jnp.int32)
         code, winner = f.certify(y)
@@ -801,9 +801,12 @@ def integrate(
         leads = (code == fates.LEADS) | (code == fates.TAKES_OVER)
         settled = leads & (top(f.log_beta(y)) == winner)
         takeover = end & (code == fates.TAKES_OVER) & ~settled
+        # The major hands the lead on (where it leads) and wins it back
+        # (docs/theory/regimes.md#usam-returns); a minor leading: at the run's end only.
+        returning = (code == fates.RETURNS) & ((top(f.log_beta(y)) == winner) | end)
         return jnp.select(
-            [settled, code == fates.COLLAPSE, code == fates.FINITE, takeover],
-            [fates.SETTLED, fates.COLLAPSE, fates.FINITE, fates.TAKEOVER],
+            [settled, code == fates.COLLAPSE, code == fates.FINITE, takeover, returning],
+            [fates.SETTLED, fates.COLLAPSE, fates.FINITE, fates.TAKEOVER, fates.RETURN],
             fates.OPEN,
         ).astype(jnp.int32)
 

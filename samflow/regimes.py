@@ -403,13 +403,21 @@ def finish(
     never = jnp.where(at_top, DIRECT, SEQUENTIAL)
     later = jnp.where(path.major_leads > 0, RETURNED, SEQUENTIAL)
     regime = jnp.select(
-        [failed, collapsed, fate == fates.FINITE, by_path, major_later],
+        [
+            failed,
+            collapsed,
+            fate == fates.FINITE,
+            by_path,
+            major_later,
+            (fate == fates.RETURN) & (path.major_leads > 0),
+        ],
         [
             FAILED,
             COLLAPSE,
             FINITE,
             path_regime(path, major),
             jnp.where(path.count == 0, never, later),
+            RETURNED,  # the major led, hands the lead on and takes it back for ever
         ],
         UNRESOLVED,
     )

@@ -135,8 +135,9 @@ class BalancedFlow:
     ``[d]`` that provably fixes the run's future, as a :mod:`samflow.fate` code (``OPEN``: nothing
     certified; ``LEADS``: coordinate ``winner`` (1-based), once it leads, leads for
     ever; ``COLLAPSE``: beta tends to 0, or for a discrete run stays in a ball around 0
-    set by the step; ``FINITE``: beta tends to a finite nonzero point; ``RETURNS``: the
-    major leads for ever from some finite time on, not necessarily from its next lead). ``eta`` (a
+    set by the step; ``FINITE``: beta tends to a finite nonzero point; ``WINS_LATER``: the
+    major leads for ever from some finite time on, not necessarily from its next lead;
+    ``RETURNS``: so does the major, and leading now it hands the lead on first). ``eta`` (a
     step size) asks for the discrete balanced step (:mod:`samflow.balanced`) of the
     logistic loss instead of the flow: only what is proven for that map is returned.
     """
@@ -160,7 +161,7 @@ def _log_form(
     deep_collapse: Callable[[Array, Array, Array, Array], Array] | None = None,
     lead: Callable[..., tuple[Array, Array]] | None = None,
     finite: Callable[..., Array] | None = None,
-    returns: Callable[..., Array] | None = None,
+    returns: tuple[Callable[..., Array], int] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -181,9 +182,12 @@ def _log_form(
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
-    ``returns(s, mu, L, rho, eta)``: where the major provably leads for ever from some
-    finite time on, though it may still lead and lose before
-    (docs/theory/regimes.md#escape-past-the-fixed-point); None: never certified.
+    ``returns``: ``(where, code)``: ``where(s, mu, L, rho, eta)`` says where the major at
+    ``L >= 3`` provably leads for ever from some time on, as ``code``:
+    :data:`samflow.fate.RETURNS` where, leading now, it also hands the lead on first
+    (docs/theory/regimes.md#usam-returns), :data:`samflow.fate.WINS_LATER` where it may
+    still lead and lose before (docs/theory/regimes.md#escape-past-the-fixed-point); None:
+    never certified.
     """
 
     def field(tau, s, args):
@@ -225,11 +229,12 @@ def _log_form(
         (docs/theory/regimes.md#lead-certificates-at-every-depth; it excludes both
         collapse certificates); L >= 3: TAKES_OVER, winner the major,
         where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
-        L >= 3: RETURNS, winner the major, where ``returns`` proves the major leads for
-        ever from some finite time on (not that it keeps its next lead: the run's label
-        is known only where the path already ends in a return,
-        docs/theory/regimes.md#escape-past-the-fixed-point). Otherwise OPEN (a blow-up
-        decides).
+        L >= 3: ``returns``' code (WINS_LATER or RETURNS), winner the major, where it
+        proves the major leads for ever from some finite time on (WINS_LATER: not that it
+        keeps its next lead, so the run's label is known only where the path already ends
+        in a return, docs/theory/regimes.md#escape-past-the-fixed-point; RETURNS: and,
+        leading now, it hands the lead on first, docs/theory/regimes.md#usam-returns).
+        Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -263,9 +268,12 @@ def _log_form(
             converges = (depth >= 3) & (code == _fate.OPEN) & finite(s, mu, L, rho, eta)
             code = jnp.where(converges, _fate.FINITE, code)
         if returns is not None:
-            eventually = (depth >= 3) & (code == _fate.OPEN) & returns(s, mu, L, rho, eta)
-            code = jnp.where(eventually, _fate.RETURNS, code)
-            winner = jnp.where(eventually, _major(mu), winner)
+            # L >= 3: the major wins in the end (it excludes the lead certificates, which
+            # keep the lead, and the finite limit); RETURNS: leading now, it loses it first.
+            where, returns_code = returns
+            back = (depth >= 3) & (code == _fate.OPEN) & where(s, mu, L, rho, eta)
+            code = jnp.where(back, returns_code, code)
+            winner = jnp.where(back, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     return BalancedFlow("log", field, fate)
@@ -577,15 +585,7 @@ def _usam_finite(s, mu, L, rho, eta=None):
     log_z = jax.nn.logsumexp(log_mu + Lp * s)
     log_r = jnp.log(rho) + _usam_log_c(log_mu, s, Lp) + log_mu + (Lp - 2) * s
 
-    def newton(_, l):
-        G = log_K + jnp.log(q) + (q - 1) * jax.nn.softplus(l) + l
-        return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
-
-    # G >= 0 at the start: Newton from above on the convex G; a loop, not unrolled (the
-    # certificate sits in every compiled USAM program).
-    Z = jax.lax.fori_loop(
-        0, 60, newton, -(log_K + jnp.log(q))
-    )  # t = e^Z solves K q (1 + t)^(q - 1) t = 1: the top of z - h(z)
+    Z = _usam_gap_top(log_K, q)
     log_h = log_K + q * jax.nn.softplus(Z)
     gap = (Z > 0) & (log_h < jnp.log(jnp.maximum(Z, tiny)))
     holds = gap & jnp.all(log_r <= 0) & (log_z <= jnp.log(jnp.maximum(Z, tiny)))
@@ -607,6 +607,55 @@ def _usam_finite(s, mu, L, rho, eta=None):
         jnp.maximum(Z, tiny)
     )
     return holds & kept & no_jump
+
+
+def _usam_gap_top(log_K, q):
+    """The top ``Z`` of ``z - K (1 + e^z)^q`` (``q > 1``): ``t = e^Z`` solves ``K q (1 +
+    t)^(q - 1) t = 1``, by Newton on the increasing, convex ``G(l) = log K + log q + (q - 1)
+    softplus(l) + l`` (``l = Z``) from above (``G >= 0`` at the start); a loop, not unrolled
+    (the certificates sit in every compiled USAM program)."""
+
+    def newton(_, l):
+        G = log_K + jnp.log(q) + (q - 1) * jax.nn.softplus(l) + l
+        return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
+
+    return jax.lax.fori_loop(0, 60, newton, -(log_K + jnp.log(q)))
+
+
+def _usam_returns(s, mu, L, rho, eta=None):
+    """Where the USAM flow at ``L >= 3`` provably ends led by the major, which, if it leads
+    now, first hands the lead on (docs/theory/regimes.md#usam-returns): the state is in
+    ``R`` (every ``r_j = rho c x_j <= 1``), the major ``a`` has the strictly largest ``x``,
+    no fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`), and a
+    minor leads, or the major leads (``u_a >= u_j``) and its own gap holds: ``h_a(Z_a) <
+    Z_a`` with ``h_a(z) = K_a (1 + e^z)^q``, ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a``
+    the top of ``z - h_a(z)``, and ``z <= Z_a``. ``R`` is never left and every ``u_j``
+    grows in it; with no fixed point ``z`` grows without bound, and while the major leads
+    ``z <= h_a(z)``: the major loses the lead before ``z`` reaches ``Z_a``. Then ``c -> 0``,
+    every ``r_j -> 0`` and the flow blows up in finite time, won by the largest ``x``, the
+    major (docs/theory/regimes.md#blow-up-winner). Flow only (``eta`` given: never).
+    Compared in logs."""
+    if eta is not None:
+        return jnp.zeros((), bool)
+    tiny = jnp.finfo(s.dtype).tiny
+    Lp = jnp.maximum(L, 3.0)  # q is finite at L >= 3 only (L = 2 masked by the caller)
+    q = Lp / (Lp - 2)
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    a = jnp.argmax(mu)
+    log_r = log_rho + _usam_log_c(log_mu, s, Lp) + log_mu + (Lp - 2) * s
+    log_K = jax.nn.logsumexp(log_mu - q * (log_rho + log_mu))
+    Z = _usam_gap_top(log_K, q)
+    # No fixed point: the convex h(z) - z is positive at its top Z (or on z >= 0 where Z <= 0);
+    # a margin of 1e-9 in logs over Newton's last iterate, converged to rounding.
+    no_fixed = (Z <= 0) | (log_K + q * jax.nn.softplus(Z) > jnp.log(jnp.maximum(Z, tiny)) + 1e-9)
+    log_Ka = jnp.log(jnp.sum(mu)) - q * (log_rho + log_mu[a])
+    Za = _usam_gap_top(log_Ka, q)
+    log_Za = jnp.log(jnp.maximum(Za, tiny))
+    gap = (Za > 0) & (log_Ka + q * jax.nn.softplus(Za) < log_Za)
+    log_z = jax.nn.logsumexp(log_mu + Lp * s)
+    leads = jnp.all(s <= s[a])
+    handed_on = ~leads | (gap & (log_z <= log_Za))  # a minor leads now, or will
+    return (L >= 3) & jnp.all(log_r <= 0) & _ahead_in_rate(s, mu, Lp) & no_fixed & handed_on
 
 
 def _l2_step_collapse(mu, rho, eta):
@@ -997,7 +1046,11 @@ SAM_L2 = PerturbationRule(
     _l2_direction,
     True,
     _log_form(
-        _l2_log_c, _l2_step_collapse, _l2_deep_collapse, _l2_lead, returns=_l2_past_fixed_point
+        _l2_log_c,
+        _l2_step_collapse,
+        _l2_deep_collapse,
+        _l2_lead,
+        returns=(_l2_past_fixed_point, _fate.WINS_LATER),
     ),
     layers_alike=_l2_alike,
 )
@@ -1014,7 +1067,13 @@ USAM = PerturbationRule(
     "usam",
     _usam_direction,
     False,
-    _log_form(_usam_log_c, _usam_step_collapse, lead=_usam_lead, finite=_usam_finite),
+    _log_form(
+        _usam_log_c,
+        _usam_step_collapse,
+        lead=_usam_lead,
+        finite=_usam_finite,
+        returns=(_usam_returns, _fate.RETURNS),
+    ),
     layers_alike=_usam_alike,
 )
 r"""Unnormalised SAM (USAM), a control: \(\varepsilon = g\) (not scale invariant)."""

@@ -103,7 +103,7 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
     for eta in (0.05, 0.9 * limit):
         code, winner = _certify(s, mu, depth, rho, eta)
         # TAKES_OVER where the leader is past the bound (tested below)
-        fired = np.isin(code, [fates.RETURNS, fates.TAKES_OVER]) & (winner == a + 1)
+        fired = np.isin(code, [fates.WINS_LATER, fates.TAKES_OVER]) & (winner == a + 1)
         fired = np.nonzero(fired)[0]
         fired_total += len(fired)
         _, kept, last = _map(mu[fired], u[fired], L, rho, eta, 8_000)
@@ -121,7 +121,7 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
     assert fired_total >= n // 2, fired_total
     # The flow (eta None): SciPy DOP853 to the blow-up; its last leader is the major.
     code, winner = _certify(s, mu, depth, rho, None)
-    for i in np.nonzero(code == fates.RETURNS)[0][:3]:
+    for i in np.nonzero(code == fates.WINS_LATER)[0][:3]:
 
         def f(t, y, i=i):
             v = np.exp(y)
@@ -147,7 +147,7 @@ def test_escape_needs_the_major_ahead_in_rate():
     n, rho, L, eta = 24, 0.5, 3, 0.05
     mu, u, a, k = _states(rng, n, L, rho, ahead=False)
     code, winner = _certify(np.log(u), mu, L, rho, eta)
-    named_major = (code == fates.RETURNS) & (winner == a + 1)
+    named_major = (code == fates.WINS_LATER) & (winner == a + 1)
     leads, _, last = _map(mu, u, L, rho, eta, 20_000)
     x = mu * last ** (L - 2)
     lost = (np.argmax(x, axis=1) == k) & (leads[-1] == k + 1)

@@ -260,3 +260,101 @@ def test_the_engine_labels_the_finite_limit():
             c = 1.0 / (1.0 + np.exp(np.sum(mu * u**depth)))
             assert np.all(rho * c * mu * u ** (depth - 2) <= 1 + 1e-12)
         assert np.all(u <= star * (1 + 1e-12))
+
+
+def _returning_states(rng, n, L, rho, leader="major"):
+    """Random states: mu sorted in [0.5, 4] (the major last), u in [0.02, 0.3] with the
+    major 1-1.2 times the largest (``leader`` "major") or a minor 1-1.1 times the major
+    ("minor")."""
+    mu = np.sort(rng.uniform(0.5, 4.0, (n, 4)), axis=1)
+    u = rng.uniform(0.02, 0.3, (n, 4))
+    u[:, -1] = u.max(axis=1) * rng.uniform(1.0, 1.2, n)
+    if leader == "minor":
+        k = rng.integers(0, 3, n)
+        u[np.arange(n), k] = u[:, -1] * rng.uniform(1.0, 1.1, n)
+    return mu, u
+
+
+def _path(s):
+    lead = np.argmax(s, axis=0) + 1
+    return [int(lead[0])] + [int(k) for j, k in enumerate(lead[1:]) if k != lead[j]]
+
+
+@pytest.mark.parametrize(("depth", "rho", "leader"), [(3, 2.3, "major"), (4, 5.0, "major"),
+                                                     (4, 2.3, "minor")])  # fmt: skip
+def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho, leader):
+    """docs/theory/regimes.md#usam-returns: from random states certified RETURNS, SciPy's
+    DOP853 flow (read every step, in the time dsigma = max_j x_j dtau, to L max s = 400)
+    hands the major's lead on, runs to the blow-up guard (no finite limit), and gives the
+    lead back to the major by then wherever the integration kept the order of the rates
+    (the major's log x still the largest at the guard, by 1e-6: while the rates bunch up
+    near r_j = 1 their gaps can close below the integrator's error and the computed order
+    flip, which the exact flow never does, docs/theory/regimes.md#blow-up-winner; 1 of 8
+    here at L = 4). From a minor leading (no gap asked): the major wins the lead."""
+    rng = np.random.default_rng(depth)
+    mu, u = _returning_states(rng, 200, depth, rho, leader)
+    code, winner = _certify(np.log(u), mu, depth, rho)
+    picked = np.nonzero(code == fates.RETURNS)[0]
+    assert len(picked) >= 20 and np.all(winner[picked] == 4)
+    returned = 0
+    for i in picked[:8]:
+        _, s = _flow(mu[i], np.log(u[i]), depth, rho, 1e6, top=400.0, clock=np.max)
+        path = _path(s)
+        assert (path[0] == 4) == (leader == "major") and len(path) >= 2  # handed on
+        assert depth * s[:, -1].max() >= 400.0 - 1e-6  # unbounded: the guard is reached
+        log_x = np.log(mu[i]) + (depth - 2) * s[:, -1]
+        if np.min(log_x[-1] - log_x[:-1]) > 1e-6:
+            assert path[-1] == 4
+            returned += 1
+    assert returned >= 6
+
+
+def test_a_returning_major_needs_no_fixed_point():
+    """The breakage the test above would miss: with a fixed point (h(z) = z has a root,
+    small rho) the other conditions of the return can hold (the state in R, the major
+    leading with the largest x, its own gap, z <= Z_a: checked here in NumPy), yet the
+    DOP853 flow converges to the fixed point, led by the smallest mu, and never gives the
+    lead back: `_usam_returns` must refuse those states (drop its `no_fixed` and this fails)."""
+    from samflow.rules import _usam_returns
+
+    L, rho, q = 3, 8.0, 3.0
+    rng = np.random.default_rng(7)
+    mu, u = _returning_states(rng, 200, L, rho)
+    u = u * 0.5
+    z = np.sum(mu * u**L, axis=1)
+    c = 1 / (1 + np.exp(z))
+    in_R = np.all(rho * c[:, None] * mu * u ** (L - 2) <= 1, axis=1)
+    ahead = np.all(mu[:, :-1] * u[:, :-1] ** (L - 2) < (mu * u ** (L - 2))[:, -1:], axis=1)
+    grid = np.linspace(0.0, 20.0, 200_001)
+    K_a = np.sum(mu, axis=1) * (rho * mu[:, -1]) ** -q
+    gap_a = K_a[:, None] * (1 + np.exp(grid)) ** q - grid  # h_a(z) - z on a grid
+    Z_a = grid[np.argmin(gap_a, axis=1)]
+    K = np.sum(mu * (rho * mu) ** -q, axis=1)
+    fixed = np.min(K[:, None] * (1 + np.exp(grid)) ** q - grid, axis=1) < 0
+    other = in_R & ahead & (np.min(gap_a, axis=1) < 0) & (z <= Z_a) & fixed
+    picked = np.nonzero(other)[0]
+    assert len(picked) >= 10
+
+    def one(s_, mu_):
+        return _usam_returns(s_, mu_, jnp.asarray(float(L)), jnp.asarray(rho))
+
+    says = np.asarray(jax.jit(jax.vmap(one))(jnp.log(u[picked]), jnp.asarray(mu[picked])))
+    assert not np.any(says)
+    for i in picked[:3]:
+        _, s = _flow(mu[i], np.log(u[i]), L, rho, 2000.0, top=60.0, clock=np.max)
+        assert L * s.max() < 60.0 and _path(s)[-1] == 1  # bounded, the smallest mu leads
+
+
+def test_the_engine_labels_a_return_before_the_blowup():
+    """USAM, L = 3, mu (1, 2, 3, 4), alpha 1e-4, rho 2.272 (the blow-up example of
+    docs/theory/regimes.md#blow-up-winner): certified RETURNS at the horizon, labelled
+    *returned* with the major as the limit's leader; SciPy's DOP853 flow run on to the
+    blow-up guard hands the lead 4 -> 3 -> 2 -> 3 -> 4."""
+    mu = np.array([1.0, 2.0, 3.0, 4.0])
+    runner = samflow.Flow(tau_max=200.0, tau_cap=2e6, rtol=1e-6, atol=1e-9, max_steps=20_000)
+    ds = samflow.trajectory("usam", depth=3, mu=mu, alpha=1e-4, rho=2.272, runner=runner)
+    assert int(ds["regime"].values) == samflow.regimes.RETURNED
+    assert int(ds["limit_coord"].values) == 4
+    _, s = _flow(mu, np.log(np.full(4, 1e-4)), 3, 2.272, 1e6, top=60.0, clock=np.max)
+    path = _path(s[:, 1:])  # the tied start has no leader
+    assert path[0] == 4 and path[-1] == 4 and len(path) >= 3
