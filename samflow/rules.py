@@ -734,10 +734,12 @@ def _linf_step_fate(u, mu, depth, rho, eta):
     - Every coordinate in P or kept, P not empty: LEADS, winner the largest ``y`` in P
       (the major if several share it): its factor ``1 + h y`` is the largest, so its
       lead over P and the order of ``y`` are kept; the kept ones stay at most rho. Where
-      the major is in P with the largest ``y`` strictly: TAKES_OVER (``v_a / v_k`` grows by
-      a factor ``(1 + h y_a) / (1 + h y_k) > 1`` bounded away from 1 for ever, and ``sum
-      min(h y_a, 1)`` diverges: were it finite, every ``u`` would be bounded, so ``h``
-      bounded below).
+      one ``w`` in P has the largest ``y`` strictly: TAKES_OVER, winner ``w`` (``v_w / v_k``
+      grows by a factor ``(1 + h y_w) / (1 + h y_k) > 1`` bounded away from 1 for ever,
+      and ``sum min(h y_w, 1)`` diverges: were it finite, every ``u`` would be bounded, so
+      ``h`` bounded below). A minor ``w`` keeps the major behind it meanwhile: a kept
+      major stays at most rho; one in P has ``y_a < y_w`` and ``mu_a > mu_w``, so ``v_a <
+      v_w`` (L >= 3; at L = 2 ``y = mu`` and ``w`` is the major).
     - Even L, every ``|u_j| < rho`` and kept: COLLAPSE; each ``|u_j|`` falls (by at least
       ``h mu_j (rho - |u_j|)^(L-1)``, ``h`` bounded below) into ``|u_j| <= eta mu_j
       rho^(L-1) / 2``, a ball set by the step, and stays there.
@@ -765,13 +767,12 @@ def _linf_step_fate(u, mu, depth, rho, eta):
     only = jnp.sum(log_y == log_y[top]) == 1
     a = jnp.argmax(mu)
     winner = jnp.where(only, top + 1, a + 1)
-    ahead = above[a] & (top == a) & only
-    lead = jnp.where(ahead, _fate.TAKES_OVER, _fate.LEADS)
+    lead = jnp.where(only, _fate.TAKES_OVER, _fate.LEADS)
     low = jnp.where(even, _fate.COLLAPSE, _fate.FINITE)
     code = jnp.where(
         stays & jnp.any(above), lead, jnp.where(stays & jnp.all(kept), low, _fate.OPEN)
     )
-    return code, jnp.where(ahead, a + 1, winner)
+    return code, winner
 
 
 @dataclass(frozen=True)
