@@ -350,9 +350,11 @@ def _certifiable(setup: Setup, n: int) -> bool:
 
 def _discrete_fate(
     setup: Setup, watched, beta_last: Array, theta0: Array, X: Array, y: Array, depth, rho, eta
-) -> Array:
+) -> tuple[Array, Array]:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``, at the
-    state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there.
+    state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there;
+    and the certificate's winner ``[*batch]`` (1-based), the limit's leader of a
+    ``TAKEOVER`` (the major or a minor coordinate, :func:`samflow.regimes.finish`).
 
     The fall of ``max_j |beta_j|`` by ``singular_log_range`` below its start (the path
     observer's frozen floor) decides nothing by itself
@@ -371,7 +373,7 @@ def _discrete_fate(
     frozen = jnp.isinf(floor)
     closed = setup.rule.balanced
     if not _certifiable(setup, X.shape[0]):
-        return jnp.full(frozen.shape, fates.OPEN, jnp.int32)
+        return jnp.full(frozen.shape, fates.OPEN, jnp.int32), _major(setup, X[0])
     # Per point (balanced.equal_layers asks it of the whole batch, on the host).
     depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
     real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
@@ -395,8 +397,9 @@ def _discrete_fate(
         & (path.lead == winner)
         & ((depth > 1) | (at_winner > 0))
     )
-    # The major takes the lead later (docs/theory/regimes.md#takeover-certificate): the
-    # path seen so far, with the major appended, names the regime.
+    # The winner takes the lead later (docs/theory/regimes.md#takeover-certificate): the
+    # path seen so far, with the winner appended, names the regime (the winner of
+    # TAKES_OVER is the major, or a minor one that keeps the major behind it).
     # (Also where no leader was ever seen: a start tied at the top whose steps underflow.)
     takeover = certified & ~frozen & (code == fates.TAKES_OVER) & ~settled
     # A lead certificate at a start tied at the top that never moved (no leader seen), the
@@ -414,21 +417,22 @@ def _discrete_fate(
         & (jnp.abs(at_winner) >= top)
     )
     takeover = takeover | tied_lead
-    # The major leads for ever from some finite time on, but may lead and lose before
-    # (docs/theory/regimes.md#escape-past-the-fixed-point): the label is known where the
-    # path so far already makes the run returned, whatever happens in between: the major
-    # led before and a minor leads now (the major appended), or it leads again now.
-    returns = certified & ~frozen & (code == fates.RETURNS) & (path.major_leads > 0)
-    takeover = takeover | (returns & (path.lead != winner))
-    settled = settled | (returns & (path.lead == winner) & (path.major_leads > 1))
+    # The major leads for ever from some finite time on (docs/theory/regimes.md#usam-returns,
+    # #escape-past-the-fixed-point): the run is returned where the path so far already
+    # makes it so, whatever happens in between: the major led before and a minor leads
+    # now, or it leads again now; under RETURNS (leading now, it hands the lead on first)
+    # also where it leads now for the first time.
+    eventually = (code == fates.RETURNS) | (code == fates.WINS_LATER)
+    again = (path.lead != winner) | (path.major_leads > 1) | (code == fates.RETURNS)
+    returned = certified & ~frozen & eventually & (path.major_leads > 0) & again
     collapsed = certified & (code == fates.COLLAPSE)
     finite = certified & (code == fates.FINITE)  # linf-SAM's step at odd L, USAM
     fate = jnp.select(
-        [collapsed, finite, settled, takeover],
-        [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER],
+        [collapsed, finite, settled, takeover, returned],
+        [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER, fates.RETURN],
         fates.OPEN,
     )
-    return fate.astype(jnp.int32)
+    return fate.astype(jnp.int32), winner.astype(jnp.int32)
 
 
 def _discrete_tile(setup: Setup) -> Callable:
@@ -452,7 +456,8 @@ def _discrete_tile(setup: Setup) -> Callable:
         extension = None  # where nothing can be certified, a longer run decides nothing
         if setup.step_cap is not None and _certifiable(setup, X.shape[0]):
             extension = Extension(
-                cap=setup.step_cap, decided=lambda beta, watched: fate(watched, beta) != fates.OPEN
+                cap=setup.step_cap,
+                decided=lambda beta, watched: fate(watched, beta)[0] != fates.OPEN,
             )
         traj = simulate(
             theta0,
@@ -477,6 +482,7 @@ def _discrete_tile(setup: Setup) -> Callable:
         )
         # Taken to its fate, the run is labelled where it stopped, past its records.
         beta_end = traj.tracker[0].beta_last if extension is None else traj.beta_end
+        end_fate, winner = fate(traj.watched, beta_end)
         out = finish(
             traj.tracker[0],
             traj.tracked,
@@ -486,7 +492,8 @@ def _discrete_tile(setup: Setup) -> Callable:
             settings=setup.classification,
             path=traj.watched[0],
             major=major,
-            fate=fate(traj.watched, beta_end),
+            fate=end_fate,
+            winner=winner,
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)
@@ -545,6 +552,7 @@ def _flow_tile(setup: Setup) -> Callable:
             major=major,
             path=sol.path,
             fate=sol.fate,
+            winner=sol.winner,
         )
         horizon = out.pop("horizon")
         del out["handoff_step"]  # flows have no steps

@@ -16,11 +16,16 @@ Codes (``int``, the same in every batch element):
 - :data:`FINITE` (3): beta converges to a finite nonzero point (a certificate).
 - :data:`BLOWUP` (4): a finite-time blow-up ended the run (L >= 3); the leader at the
   blow-up is the limit's.
-- :data:`TAKEOVER` (5): the major does not lead where the run stopped, but a certificate
-  proves it takes the lead within finite time and keeps it for ever
-  (docs/theory/regimes.md#takeover-certificate): the limit's leader is the major, and the
-  regime is the path seen so far with the major appended (the minor leaders in between,
-  if any, are not followed and change no label).
+- :data:`TAKEOVER` (5): the certified *winner* does not lead where the run stopped, but
+  a certificate (or, for a flow, the blow-up's winner,
+  docs/theory/regimes.md#blow-up-winner) proves it takes the lead within finite time and
+  keeps it for ever (docs/theory/regimes.md#takeover-certificate): the limit's leader is
+  the winner, and the regime is the path seen so far with the winner appended
+  (:func:`samflow.regimes.finish`, which is handed the winner). The leaders in between,
+  if any, are not followed: where the winner is the major they change no label
+  (sequential or returned); where it is a minor coordinate the proof also keeps the major
+  from leading in between (it stays behind the winner), so the label is *major_lost* if
+  the major led before, else *minor_end*.
 
 - :data:`RETURN` (6): a certificate proves the major leads for ever from some time on
   and, where it leads at the stop, hands the lead on first
@@ -29,9 +34,10 @@ Codes (``int``, the same in every batch element):
 
 A certificate itself (what :meth:`samflow.rules.BalancedFlow.fate` returns) uses
 :data:`OPEN`, :data:`COLLAPSE`, :data:`FINITE`, :data:`LEADS` (the winner it names
-leads for ever once it leads) and :data:`TAKES_OVER` (the winner, the major, leads for
-ever once it leads, and takes the lead within finite time); the run is :data:`SETTLED`
-when that winner leads, and :data:`TAKEOVER` under :data:`TAKES_OVER` when it does not;
+leads for ever once it leads), :data:`TAKES_OVER` (the winner leads for ever once it
+leads, takes the lead within finite time, and, a minor one, keeps the major from leading
+in between); the run is :data:`SETTLED` when that winner leads, and :data:`TAKEOVER`
+under :data:`TAKES_OVER` when it does not;
 :data:`RETURNS` (the winner, the major, leads for ever from some time on, and if it
 leads now it loses the lead first), the run :data:`RETURN` where the major leads, or at
 the run's end; :data:`WINS_LATER` (the major leads for ever from some finite time on, but
@@ -46,8 +52,8 @@ OPEN, SETTLED, COLLAPSE, FINITE, BLOWUP, TAKEOVER, RETURN = range(7)
 LEADS = SETTLED
 """A certificate's code: its winner, once it leads, leads for ever."""
 TAKES_OVER = TAKEOVER
-"""A certificate's code: its winner (the major) leads for ever once it leads, and it
-takes the lead within finite time."""
+"""A certificate's code: its winner leads for ever once it leads, and it takes the lead
+within finite time (a minor winner: without the major leading in between)."""
 RETURNS = RETURN
 """A certificate's code: its winner (the major) leads for ever from some time on, and,
 leading now, hands the lead on first."""

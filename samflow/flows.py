@@ -211,6 +211,10 @@ class FlowSolution(NamedTuple):
             (:mod:`samflow.fate`): the collapse event, a blow-up (L >= 3), or the
             rule's certificate (:meth:`samflow.rules.BalancedFlow.fate`) at the end
             state; ``OPEN`` where nothing did.
+        winner: scalar int (1-based), the limit's leader where ``fate`` is ``TAKEOVER``
+            (the certificate's winner, or the blow-up's winner,
+            docs/theory/regimes.md#blow-up-winner: the major or a minor coordinate,
+            :func:`samflow.regimes.finish`); the major elsewhere.
     """
 
     tau: Array
@@ -225,6 +229,7 @@ class FlowSolution(NamedTuple):
     lead_start: Array
     path: LeaderPath
     fate: Array
+    winner: Array
 
 
 def lead_at_start(beta0: Array, dbeta0: Array) -> Array:
@@ -545,13 +550,8 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
     ``config.extend`` times the horizon), stopped where ``cond_fn`` changes sign, with
     the leader path watched between the steps (:class:`LeaderWatch`, ``log_beta`` the
     state's ``log |beta|``). ``start``: beta and its rate at the start, for the first
-    leader; ``major`` (1-based; None: ``argmax_j mu_j`` of one point). Returns the
-    solution and that first leader."""
-    if major is None:
-        if problem.X.shape[0] != 1:
-            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
-        major = jnp.argmax(problem.X[0]) + 1
-    major = jnp.asarray(major, jnp.int32)
+    leader; ``major`` (1-based, :func:`_major`). Returns the solution and that first
+    leader."""
     # diffrax steps t1 back by 100 ULPs (100 chained nextafter ops). Where XLA can prove
     # the times equal across a vmapped tile (times shared and speed 1, or a tile of copies
     # of one point), it sinks that broadcast through the chain one op per pass and gives
@@ -728,6 +728,17 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
     )  # fmt: skip
 
 
+def _major(problem: Problem, major: Array | int | None) -> Array:
+    """The major coordinate (1-based) of a solve: ``major`` as given, or for one point
+    ``argmax_j mu_j + 1`` (the engine's :func:`samflow.engine._major` of one point);
+    ``n`` points need it given (:func:`samflow.model.major_coordinate`)."""
+    if major is None:
+        if problem.X.shape[0] != 1:
+            raise InputError("integrate: n points need major (samflow.model.major_coordinate)")
+        major = jnp.argmax(problem.X[0]) + 1
+    return jnp.asarray(major, jnp.int32)
+
+
 def integrate(
     theta0: Array,
     problem: Problem,
@@ -752,6 +763,7 @@ def integrate(
     """
     n_layers, _ = theta0.shape
     depth = jnp.asarray(depth)
+    major = _major(problem, major)
     mask = layer_mask(depth, n_layers, theta0.dtype)
     f = formulated(theta0, problem, depth, rho, rule, config.formulation, model)
     y0, field, args, log_beta_max = f.y0, f.field, f.args, f.log_beta_max
@@ -792,28 +804,36 @@ def integrate(
 
     def fate_of(y, end=False):
         """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE, FINITE or RETURN;
-        at the run's ``end`` also TAKEOVER)."""
+        at the run's ``end`` also TAKEOVER) and the certificate's winner (the major without
+        one)."""
         if f.certify is None:
-            return jnp.asarray(fates.OPEN, jnp.int32)
+            return jnp.asarray(fates.OPEN, jnp.int32), major
         code, winner = f.certify(y)
         # TAKES_OVER also says the winner takes the lead: the flow runs on to it (the
         # hand-off is seen, at a finite tau); only the run's end (below) labels by it.
         leads = (code == fates.LEADS) | (code == fates.TAKES_OVER)
         settled = leads & (top(f.log_beta(y)) == winner)
         takeover = end & (code == fates.TAKES_OVER) & ~settled
-        # The major hands the lead on (where it leads) and wins it back
-        # (docs/theory/regimes.md#usam-returns); a minor leading: at the run's end only.
-        returning = (code == fates.RETURNS) & ((top(f.log_beta(y)) == winner) | end)
-        return jnp.select(
+        # The major wins in the end (docs/theory/regimes.md#usam-returns,
+        # #escape-past-the-fixed-point). RETURNS: where it leads now it hands the lead on
+        # first, so the run is returned; where a minor leads, at the run's end (the regime
+        # is returned where the major led before, regimes.finish). WINS_LATER (it may lead
+        # and lose before): only at the run's end with a minor leading.
+        leading = top(f.log_beta(y)) == winner
+        returning = ((code == fates.RETURNS) & (leading | end)) | (
+            (code == fates.WINS_LATER) & end & ~leading
+        )
+        code = jnp.select(
             [settled, code == fates.COLLAPSE, code == fates.FINITE, takeover, returning],
             [fates.SETTLED, fates.COLLAPSE, fates.FINITE, fates.TAKEOVER, fates.RETURN],
             fates.OPEN,
-        ).astype(jnp.int32)
+        )
+        return code.astype(jnp.int32), jnp.asarray(winner, jnp.int32)
 
     if config.extend > 1 and f.certify is not None:  # past the horizon, stop where decided
 
         def cond_fn(t, y, args, **kwargs):
-            decided = (t >= save_scaled[-1]) & (fate_of(y) != fates.OPEN)
+            decided = (t >= save_scaled[-1]) & (fate_of(y)[0] != fates.OPEN)
             return jnp.where(decided, -1.0, edges(y))
 
     else:
@@ -835,24 +855,31 @@ def integrate(
         certified_stop, shrunk, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
         collapsed = shrunk
     blowup = event & ~certified_stop & ~shrunk
-    at_blowup = jnp.asarray(fates.BLOWUP, jnp.int32)
-    if config.formulation == "log" and model.closed_forms:
+    at_blowup, blowup_winner = jnp.asarray(fates.BLOWUP, jnp.int32), major
+    closed = rule.balanced
+    by_rate = closed is not None and closed.blowup_won_by_rate
+    if config.formulation == "log" and model.closed_forms and by_rate:
         # The blow-up's winner is the largest x_j = mu_j u_j^(L-2), whoever leads where
         # the solve stopped (docs/theory/regimes.md#blow-up-winner): where another
-        # coordinate leads there, the race is not over. The major wins it: the major's
-        # take-over (sequential or returned); a minor: not labelled here. The flow keeps
-        # the order of x, so it is read at the start, exactly, not from a solved state
-        # in which the gaps may have shrunk below the solver's error.
+        # coordinate leads there, the race is not over, and the winner takes the lead
+        # later: a take-over. The major: sequential or returned. A minor one: the flow
+        # keeps the order of x, so the winner (larger x, smaller mu) is ahead of the major
+        # at every tau, which never led: minor_end. The order of x is read at the start,
+        # exactly, not from a solved state in which the gaps may have shrunk below the
+        # solver's error. Only the rules whose closed form carries the proof
+        # (BalancedFlow.blowup_won_by_rate); other blow-ups are read by their leader.
         log_x = jnp.log(problem.X[0]) + (depth - 2) * y0
-        winner = top(log_x)
-        racing = winner != top(f.log_beta(y_end))
-        the_major = jnp.argmax(problem.X[0]) + 1 if major is None else jnp.asarray(major)
+        blowup_winner = top(log_x)
+        racing = blowup_winner != top(f.log_beta(y_end))
         at_blowup = jnp.where(
-            racing, jnp.where(winner == the_major, fates.TAKEOVER, fates.OPEN), at_blowup
+            racing, jnp.where(blowup_winner > 0, fates.TAKEOVER, fates.OPEN), at_blowup
         )
-    fate = jnp.select(
-        [collapsed, blowup & (depth >= 3)], [fates.COLLAPSE, at_blowup], fate_of(y_end, end=True)
-    ).astype(jnp.int32)
+    end_fate, end_winner = fate_of(y_end, end=True)
+    at_event = blowup & (depth >= 3)
+    fate = jnp.select([collapsed, at_event], [fates.COLLAPSE, at_blowup], end_fate)
+    fate = fate.astype(jnp.int32)
+    winner = jnp.where(at_event, blowup_winner, end_winner)
+    winner = jnp.where(fate == fates.TAKEOVER, winner, major).astype(jnp.int32)
     unscaled = f.unscale(ys)
     path, stop = _stop(sol, edge, event & ~certified_stop)
     path = path._replace(tau=path.tau / f.speed)
@@ -890,6 +917,7 @@ def integrate(
         lead_start=lead_start,
         path=path,
         fate=fate,
+        winner=winner,
     )
 
 

@@ -319,6 +319,7 @@ def finish(
     path: LeaderPath,
     major: Array | int,
     fate: Array | int = fates.OPEN,
+    winner: Array | int | None = None,
     collapse_by_records: bool = False,
 ) -> dict[str, Array]:
     """Per-trajectory summaries from the final ``state``, the recorded scalars and the
@@ -336,10 +337,14 @@ def finish(
     ``fate`` ``[*batch]`` (:mod:`samflow.fate`) says what decided the run's future:
     a regime is given only where it is decided (docs/theory/regimes.md#labels-of-the-limit).
     ``COLLAPSE``: collapse; ``FINITE``: finite; ``SETTLED`` or ``BLOWUP``: the regime the path
-    names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with the major
-    appended (sequential if the major never led, else returned; with no leader seen,
-    direct where the major is among the largest ``|beta_j|``, else sequential;
-    ``limit_coord`` the major, the path itself as seen); ``OPEN``: unresolved.
+    names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with ``winner``
+    ``[*batch]`` (1-based; None: the major), the certified leader of the limit, appended
+    (:mod:`samflow.fate`): the major: sequential if it never led, else returned, and with
+    no leader seen direct where the major is among the largest ``|beta_j|``, else
+    sequential; a minor coordinate: major_lost if the major led, else minor_end;
+    ``limit_coord`` the winner, the path itself as seen); ``RETURN``: returned where the
+    major led (``limit_coord`` the major, whoever leads at the stop), else unresolved;
+    ``OPEN``: unresolved.
     ``collapse_by_records`` also labels collapse where
     ``||beta(tau_T)||_1 < settings.collapse_factor * ||beta(0)||_1`` (``settings``:
     :class:`Classification`): a reading of given records, which no runner of the engine
@@ -389,26 +394,30 @@ def finish(
     if collapse_by_records:
         collapsed |= any_later & (normT < settings.collapse_factor * norm[0])
     by_path = (fate == fates.SETTLED) | (fate == fates.BLOWUP)
-    # The major takes the lead later and keeps it (docs/theory/regimes.md#takeover-certificate):
-    # the path as seen, then the major. Whatever minor coordinates lead in between, the
-    # major's lead at the end is its first (sequential) or a return.
+    # The winner takes the lead later and keeps it (docs/theory/regimes.md#takeover-certificate):
+    # the path as seen, then the winner. Whatever coordinates lead in between: the major's
+    # lead at the end is its first (sequential) or a return; a minor winner keeps the
+    # major behind it, so the major led (major_lost) only where the path saw it lead.
     # A run that never saw a leader (a start tied at the top whose steps underflow, so
     # the iterates stand still) has the tied coordinates part in the order of mu at the
     # exact map's first step: the major leads at once where it is among them (direct),
     # else a minor leads first (sequential).
-    major_later = (fate == fates.TAKEOVER) & (path.lead != major)
+    winner = major if winner is None else jnp.asarray(winner, jnp.int32)
+    winner = jnp.broadcast_to(winner, normT.shape)
+    later_lead = (fate == fates.TAKEOVER) & (path.lead != winner)
     size = jnp.abs(state.beta_last)
     index = jnp.broadcast_to(major - 1, size.shape[1:])[None]
     at_top = jnp.take_along_axis(size, index, axis=0)[0] >= jnp.max(size, axis=0)
     never = jnp.where(at_top, DIRECT, SEQUENTIAL)
-    later = jnp.where(path.major_leads > 0, RETURNED, SEQUENTIAL)
+    appended = path_enter(path, winner, jnp.nan, -1, major)
+    taken = jnp.where((path.count == 0) & (winner == major), never, path_regime(appended, major))
     regime = jnp.select(
         [
             failed,
             collapsed,
             fate == fates.FINITE,
             by_path,
-            major_later,
+            later_lead,
             (fate == fates.RETURN) & (path.major_leads > 0),
         ],
         [
@@ -416,8 +425,8 @@ def finish(
             COLLAPSE,
             FINITE,
             path_regime(path, major),
-            jnp.where(path.count == 0, never, later),
-            RETURNED,  # the major led, hands the lead on and takes it back for ever
+            taken,
+            RETURNED,  # the major led, and it takes the lead back for ever
         ],
         UNRESOLVED,
     )
@@ -435,7 +444,8 @@ def finish(
             regime == FAILED,
             regime == FINITE,
             open_ & converged & (loss_T == 0),
-            major_later & ~open_,
+            later_lead & ~open_,
+            (regime == RETURNED) & (fate == fates.RETURN),
             path.lead == 0,
             open_,
         ],
@@ -444,7 +454,8 @@ def finish(
             LIMIT_FAILED,
             LIMIT_FINITE,
             LIMIT_STALLED,
-            major,
+            winner,
+            major,  # a return: the major wins in the end, whoever leads at the stop
             LIMIT_NONE,
             LIMIT_OPEN,
         ],
@@ -481,6 +492,7 @@ def summarize(
     path: LeaderPath | None = None,
     lead_start: Array | None = None,
     fate: Array | int = fates.OPEN,
+    winner: Array | int | None = None,
     collapse_by_records: bool = False,
 ) -> dict[str, Array]:
     """:func:`start`, :func:`track` and :func:`finish` over recorded ``beta`` ``[T, d, *batch]``.
@@ -520,6 +532,7 @@ def summarize(
         path=path,
         major=major,
         fate=fate,
+        winner=winner,
         collapse_by_records=collapse_by_records,
     )
     out.update(records)
@@ -572,11 +585,13 @@ def classify(
     path: LeaderPath | None = None,
     lead_start: Array | None = None,
     fate: Array | int = fates.OPEN,
+    winner: Array | int | None = None,
     collapse_by_records: bool = False,
 ) -> Classified:
     """Classify ``beta`` ``[T, d, *batch]``: :func:`summarize` without time or loss.
 
-    ``fate`` (:mod:`samflow.fate`) is what decided the run; records alone decide
+    ``fate`` (:mod:`samflow.fate`) is what decided the run (``winner``: the limit's
+    leader of a ``TAKEOVER``, :func:`finish`); records alone decide
     nothing (the default leaves the run unresolved unless it failed, or collapsed by
     ``collapse_by_records``)."""
     beta = jnp.asarray(beta)
@@ -592,6 +607,7 @@ def classify(
         path=path,
         lead_start=lead_start,
         fate=fate,
+        winner=winner,
         collapse_by_records=collapse_by_records,
     )
     return Classified(

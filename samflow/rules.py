@@ -140,11 +140,30 @@ class BalancedFlow:
     ``RETURNS``: so does the major, and leading now it hands the lead on first). ``eta`` (a
     step size) asks for the discrete balanced step (:mod:`samflow.balanced`) of the
     logistic loss instead of the flow: only what is proven for that map is returned.
+    ``TAKES_OVER``: coordinate ``winner`` takes the lead within finite time and keeps it
+    for ever, and where ``winner`` is a minor coordinate the major does not lead in
+    between (:mod:`samflow.fate`).
+
+    ``blowup_won_by_rate``: the flow's finite-time blow-up (L >= 3) is won by the
+    coordinate with the largest rate variable ``x_j = mu_j u_j^(L-2)`` at the start,
+    whoever leads where the solve stops (docs/theory/regimes.md#blow-up-winner). The
+    proof needs the log form ``d log u_j/dtau = x_j (1 - rho c x_j)^(L-1)`` with one ``c``
+    for every coordinate, decaying fast enough at the blow-up (``int c x_w x_k dtau``
+    finite): GD, l2-SAM and USAM declare it. False (the default, a rule of yours): the
+    leader at the blow-up names the limit, as for every blow-up without that proof.
     """
 
     formulation: str
     field: Callable[[Array, Array, tuple], Array]
     fate: Callable[..., tuple[Array, Array]] | None = None
+    blowup_won_by_rate: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.blowup_won_by_rate, bool):
+            raise InputError(
+                "BalancedFlow: blowup_won_by_rate must be True or False, "
+                f"got {self.blowup_won_by_rate!r}"
+            )
 
     def state(self, u: Array) -> Array:
         """``u`` -> the solver's state ``y``."""
@@ -162,6 +181,7 @@ def _log_form(
     lead: Callable[..., tuple[Array, Array]] | None = None,
     finite: Callable[..., Array] | None = None,
     returns: tuple[Callable[..., Array], int] | None = None,
+    blowup_won_by_rate: bool = False,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -176,9 +196,14 @@ def _log_form(
     ``lead(s, mu, L, rho, eta) -> (holds, winner, overtakes)``: a lead certificate at any
     ``L >= 2`` (docs/theory/regimes.md#lead-certificates-at-every-depth): where ``holds``,
     coordinate ``winner`` (1-based), once it leads, leads for ever, for the flow (``eta``
-    None) or the discrete balanced step; where ``overtakes`` (used at L >= 3), the major
-    also takes the lead within finite time, whoever leads now
+    None) or the discrete balanced step; where ``overtakes`` (used at L >= 3), the
+    coordinate with the strictly largest rate variable ``x_j = mu_j u_j^(L-2)`` (the major
+    where the major is ahead in rate) takes the lead within finite time, whoever leads
+    now, and keeps the largest ``x`` (a minor one then stays ahead of the major ``a``:
+    ``u_w / u_a = ((x_w / x_a) (mu_a / mu_w))^(1/(L-2)) > 1``)
     (docs/theory/regimes.md#takeover-at-every-depth); None: none beyond the region at L = 2.
+    ``blowup_won_by_rate``: :attr:`BalancedFlow.blowup_won_by_rate`, for a ``log_c`` with
+    which the proof of docs/theory/regimes.md#blow-up-winner holds.
     ``finite(s, mu, L, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L >= 3`` provably converges to a finite nonzero point
     (docs/theory/regimes.md#finite-limits-of-usam); None: never certified.
@@ -227,8 +252,10 @@ def _log_form(
         discrete step (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS
         where the rule's ``lead`` certificate holds
         (docs/theory/regimes.md#lead-certificates-at-every-depth; it excludes both
-        collapse certificates); L >= 3: TAKES_OVER, winner the major,
-        where its take-over condition holds (docs/theory/regimes.md#takeover-at-every-depth).
+        collapse certificates); L >= 3: TAKES_OVER, winner the coordinate with the
+        strictly largest rate variable (the major, or a minor one, which then stays ahead
+        of the major for ever), where its take-over condition holds
+        (docs/theory/regimes.md#takeover-at-every-depth).
         L >= 3: ``returns``' code (WINS_LATER or RETURNS), winner the major, where it
         proves the major leads for ever from some finite time on (WINS_LATER: not that it
         keeps its next lead, so the run's label is known only where the path already ends
@@ -256,12 +283,13 @@ def _log_form(
             certified = (depth >= 2) & holds & (code != _fate.LEADS) & (code != _fate.TAKES_OVER)
             code = jnp.where(certified, _fate.LEADS, code)
             winner = jnp.where(certified, leader, winner)
-            # L >= 3: the major's rate is the largest and stays so, and its lead over each
-            # coordinate ahead grows by a fixed share of log u_major's growth, which has no
-            # bound: it takes the lead (docs/theory/regimes.md#takeover-at-every-depth).
+            # L >= 3: the largest rate stays the largest, and its lead over each coordinate
+            # ahead grows by a fixed share of its own log growth, which has no bound: it
+            # takes the lead (docs/theory/regimes.md#takeover-at-every-depth). The major, or
+            # a minor one, which stays ahead of the major (a larger x, a smaller mu).
             taking = (depth >= 3) & overtakes & (code != _fate.COLLAPSE)
             code = jnp.where(taking, _fate.TAKES_OVER, code)
-            winner = jnp.where(taking, _major(mu), winner)
+            winner = jnp.where(taking, jnp.argmax(jnp.log(mu) + (L - 2) * s) + 1, winner)
         if finite is not None:
             # L >= 3: every u_j grows to a point where every r_j = 1 (it excludes the
             # lead certificates: a winner keeps the largest x, which no such point has).
@@ -276,7 +304,7 @@ def _log_form(
             winner = jnp.where(back, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
-    return BalancedFlow("log", field, fate)
+    return BalancedFlow("log", field, fate, blowup_won_by_rate)
 
 
 def _gd_log_c(log_mu, s, L):
@@ -320,10 +348,10 @@ def _gd_lead(s, mu, L, rho, eta=None):
     line is lower before ``T_w``), once lowest, stays lowest up to ``T_w`` (two lines cross
     once): the winner is ``argmin T_j``. At L = 2 the region of ``fate`` holds (c = 0).
 
-    Take-over (third value, L >= 3): the step with ``x_k < x_major`` for every other
-    ``k`` (the argument of docs/theory/regimes.md#takeover-at-every-depth with ``c = 0``,
-    ``kappa = 1``); the flow where the winner is the major (its line reaches 0 first, so
-    it is the lowest before it does).
+    Take-over (third value, L >= 3): where one coordinate ``w`` has the strictly largest
+    ``x`` (the major or a minor one), for the step by the argument of
+    docs/theory/regimes.md#takeover-at-every-depth with ``c = 0``, ``kappa = 1``; for the
+    flow ``w`` is the winner (its line reaches 0 first, so it is the lowest before it does).
     """
     if eta is not None:
         # The winner: the coordinate with the largest x, where it is the only one (the
@@ -332,11 +360,12 @@ def _gd_lead(s, mu, L, rho, eta=None):
         top = jnp.argmax(log_x)
         only = jnp.sum(log_x == log_x[top]) == 1
         winner = jnp.where(only, top + 1, _major(mu))
-        return jnp.ones((), bool), winner, (L >= 3) & _ahead_in_rate(s, mu, L)
+        return jnp.ones((), bool), winner, (L >= 3) & only
     key = -(L - 2) * s - jnp.log(mu)  # log T_j + log(L - 2)
     first = key == jnp.min(key)
     winner = jnp.argmin(jnp.where(first, mu, jnp.inf)) + 1
-    return L >= 3, jnp.where(L >= 3, winner, _major(mu)), (L >= 3) & (winner == _major(mu))
+    only = jnp.sum(first) == 1  # the winner is the one largest x
+    return L >= 3, jnp.where(L >= 3, winner, _major(mu)), (L >= 3) & only
 
 
 def _l2_lead(s, mu, L, rho, eta=None):
@@ -811,10 +840,12 @@ def _linf_step_fate(u, mu, depth, rho, eta):
     - Every coordinate in P or kept, P not empty: LEADS, winner the largest ``y`` in P
       (the major if several share it): its factor ``1 + h y`` is the largest, so its
       lead over P and the order of ``y`` are kept; the kept ones stay at most rho. Where
-      the major is in P with the largest ``y`` strictly: TAKES_OVER (``v_a / v_k`` grows by
-      a factor ``(1 + h y_a) / (1 + h y_k) > 1`` bounded away from 1 for ever, and ``sum
-      min(h y_a, 1)`` diverges: were it finite, every ``u`` would be bounded, so ``h``
-      bounded below).
+      one ``w`` in P has the largest ``y`` strictly: TAKES_OVER, winner ``w`` (``v_w / v_k``
+      grows by a factor ``(1 + h y_w) / (1 + h y_k) > 1`` bounded away from 1 for ever,
+      and ``sum min(h y_w, 1)`` diverges: were it finite, every ``u`` would be bounded, so
+      ``h`` bounded below). A minor ``w`` keeps the major behind it meanwhile: a kept
+      major stays at most rho; one in P has ``y_a < y_w`` and ``mu_a > mu_w``, so ``v_a <
+      v_w`` (L >= 3; at L = 2 ``y = mu`` and ``w`` is the major).
     - Even L, every ``|u_j| < rho`` and kept: COLLAPSE; each ``|u_j|`` falls (by at least
       ``h mu_j (rho - |u_j|)^(L-1)``, ``h`` bounded below) into ``|u_j| <= eta mu_j
       rho^(L-1) / 2``, a ball set by the step, and stays there.
@@ -842,13 +873,12 @@ def _linf_step_fate(u, mu, depth, rho, eta):
     only = jnp.sum(log_y == log_y[top]) == 1
     a = jnp.argmax(mu)
     winner = jnp.where(only, top + 1, a + 1)
-    ahead = above[a] & (top == a) & only
-    lead = jnp.where(ahead, _fate.TAKES_OVER, _fate.LEADS)
+    lead = jnp.where(only, _fate.TAKES_OVER, _fate.LEADS)
     low = jnp.where(even, _fate.COLLAPSE, _fate.FINITE)
     code = jnp.where(
         stays & jnp.any(above), lead, jnp.where(stays & jnp.all(kept), low, _fate.OPEN)
     )
-    return code, jnp.where(ahead, a + 1, winner)
+    return code, winner
 
 
 @dataclass(frozen=True)
@@ -1039,7 +1069,9 @@ def _random_l2_direction(g: PyTree, batch_ndim: int, key: Array, step: Array) ->
     return _l2_direction(jax.tree_util.tree_unflatten(treedef, z), batch_ndim)
 
 
-GD = PerturbationRule("gd", None, True, _log_form(_gd_log_c, lead=_gd_lead))
+GD = PerturbationRule(
+    "gd", None, True, _log_form(_gd_log_c, lead=_gd_lead, blowup_won_by_rate=True)
+)
 r"""Gradient descent: no ascent step (\(\varepsilon = 0\)), so it needs no rho."""
 SAM_L2 = PerturbationRule(
     "sam-l2",
@@ -1051,6 +1083,7 @@ SAM_L2 = PerturbationRule(
         _l2_deep_collapse,
         _l2_lead,
         returns=(_l2_past_fixed_point, _fate.WINS_LATER),
+        blowup_won_by_rate=True,
     ),
     layers_alike=_l2_alike,
 )
@@ -1073,6 +1106,7 @@ USAM = PerturbationRule(
         lead=_usam_lead,
         finite=_usam_finite,
         returns=(_usam_returns, _fate.RETURNS),
+        blowup_won_by_rate=True,
     ),
     layers_alike=_usam_alike,
 )

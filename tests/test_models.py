@@ -422,13 +422,14 @@ def test_default_sweep_key_is_unchanged():
     with the key's format (``KEY_FORMAT`` 2, issue 31: generic over the settings objects; key
     81fb7a2dbd049a4a before), and again with LABELS limit-2 (leader paths read every step;
     62a32c67d12c5dc1 before), limit-3 (the take-over certificate; c2ae2e6a1ebffd2d
-    before), limit-4 (the take-over at every depth; 0fae938522ff0d83 before) and limit-5
+    before), limit-4 (the take-over at every depth; 0fae938522ff0d83 before), limit-5
     (this stop's certificates: linf-SAM's discrete step, USAM's finite limits and wide
-    leads, l2-SAM's minor leaders; fc35857ad47a4be8 before), so that no chunk of an old key
-    is ever resumed."""
+    leads, l2-SAM's minor leaders; fc35857ad47a4be8 before) and limit-6 (take-overs by a
+    minor winner, the blow-up's winner only where a closed form declares its proof;
+    a0a15563a571e89d before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert spec.summaries is None and spec.key() == "a0a15563a571e89d"
+    assert spec.summaries is None and spec.key() == "5264b7b5555fee57"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 
