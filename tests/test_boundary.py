@@ -166,9 +166,12 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
         "regime"
     ].values
     assert (regime[:3] == RETURNED).all() and regime[3] == SEQUENTIAL and regime[4] == DIRECT
-    # The horizon alone leaves the small alphas unresolved, never direct.
+    # The horizon alone never makes the small alphas direct: each is unresolved, or (the
+    # major led, a minor leads at tau = 200 and l2-SAM's escape past the fixed point holds,
+    # docs/theory/regimes.md#escape-past-the-fixed-point) returned, as run to its fate.
     short = samflow.sweep("sam-l2", **problem, axes={"alpha": alphas[:2]})["regime"].values
-    assert (short == UNRESOLVED).all()
+    assert ((short == UNRESOLVED) | (short == regime[:2])).all()
+    assert not (short == DIRECT).any()
 
 
 def test_an_undecided_run_is_said():
