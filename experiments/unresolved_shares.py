@@ -10,17 +10,20 @@ runs at the figures' default step and length (eta 0.01, 2,000 steps; no step cap
 
 The check: for a sample of decided runs, an independent float64 integration of the
 balanced system (flows: SciPy DOP853, rtol 1e-11, in log space, to 100 times the
-engine's horizon; discrete: a NumPy loop of the balanced step map, 50 times the engine's
-steps, labelled collapse where its largest |beta_j| stays below its start over the
-second half and grows by under 1% from the second quarter to the last) gives a leader
-path and so a label (docs/theory/regimes.md#definitions), linf-SAM flows also collapse
-(every u_j at 0) and finite (odd L, every u_j at rho), linf-SAM's step also collapse
-(even L, every |u_j| at the end in the band eta mu_j rho^(L-1) / 2 where the step hovers)
-and finite (odd L, every u_j at the end at most rho and risen from its start); a label
-contradicts when it differs. A reference run that itself ends undecided (still moving at
-its horizon) counts as unchecked, not as agreeing; so does a discrete one that stalled (no
-step moved it over its second half: its steps fell below float64 rounding, as linf-SAM's
-certified collapses at large rho do, where h ~ e^(-rho^2 sum mu)).
+engine's horizon, and from a blow-up guard (L >= 3, log beta_max 80) on in v_j =
+u_j^-(L-2) until the first v_j reaches 0, the blow-up itself, so that a race still on at
+the guard is followed to its end; discrete: a NumPy loop of the balanced step map, 50
+times the engine's steps, labelled collapse where its largest |beta_j| stays below its
+start over the second half and grows by under 1% from the second quarter to the last)
+gives a leader path and so a label (docs/theory/regimes.md#definitions), linf-SAM flows
+also collapse (every u_j at 0) and finite (odd L, every u_j at rho), linf-SAM's step
+also collapse (even L, every |u_j| at the end in the band eta mu_j rho^(L-1) / 2 where
+the step hovers) and finite (odd L, every u_j at the end at most rho and risen from its
+start); a label contradicts when it differs. A reference run that itself ends undecided
+(still moving at its horizon) counts as unchecked, not as agreeing; so does a discrete
+one that stalled (no step moved it over its second half: its steps fell below float64
+rounding, as linf-SAM's certified collapses at large rho do, where h ~ e^(-rho^2 sum
+mu)).
 
     PYTHONPATH=. python experiments/unresolved_shares.py --quick    # ~15 min on 2 cores
     PYTHONPATH=. python experiments/unresolved_shares.py --out shares.json  # fuller grids
@@ -163,7 +166,37 @@ def flow_reference(method, mu, u0, L, rho, tau_end):
         how = "finite"  # odd L: every u_j crept up to rho from below
     else:
         how = "finite" if np.max(np.abs(field(0, ys[-1]))) < 1e-10 else "open"
+    if how == "blowup" and method != "sam-linf":  # the race goes on: follow it to the end
+        for k in _race_to_blowup(method, mu, ys[-1], L, rho):
+            if k != path[-1]:
+                path.append(k)
     return path, how
+
+
+def _race_to_blowup(method, mu, s, L, rho):
+    """Leaders from log-state ``s`` (at the guard, u ~ e^20) to the blow-up itself, in
+    v_j = u_j^-(L-2) (dv_j/dtau = -(L-2) mu_j (1 - r_j)^(L-1)): the blow-up is the first
+    v_j to reach 0, which float64 resolves where u_j^L overflows long before; leader
+    argmin v_j."""
+    v0 = np.exp(-(L - 2) * np.asarray(s, float))
+
+    def field(t, v):
+        u = np.maximum(v, 1e-300) ** (-1.0 / (L - 2))
+        x = mu * u ** (L - 2)
+        with np.errstate(over="ignore", invalid="ignore"):
+            r = rho * _c(method, u, mu, L) * x if method != "gd" else 0.0 * x
+        r = np.nan_to_num(r, nan=0.0)
+        return -(L - 2) * mu * (1 - r) ** (L - 1)
+
+    def hits_zero(t, v):
+        return np.min(v)
+
+    hits_zero.terminal = True
+    end = 1e3 * np.max(v0 / ((L - 2) * mu))
+    sol = solve_ivp(field, (0.0, end), v0, method="DOP853", rtol=1e-12, atol=1e-300,
+                    events=hits_zero)  # fmt: skip
+    lead = np.argmin(sol.y.T, axis=1) + 1
+    return [int(k) for i, k in enumerate(lead) if i == 0 or k != lead[i - 1]]
 
 
 def discrete_reference(method, mu, u0, L, rho, eta, steps):
