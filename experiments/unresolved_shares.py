@@ -190,7 +190,7 @@ def _race_to_blowup(method, mu, s, L, rho):
         u = np.maximum(v, 1e-300) ** (-1.0 / (L - 2))
         x = mu * u ** (L - 2)
         with np.errstate(over="ignore", invalid="ignore"):
-            r = rho * _c(method, u, mu, L) * x if method != "gd" else 0.0 * x
+            r = rho * _c(method, u, mu, L) * x  # _c is 0 for GD
         r = np.nan_to_num(r, nan=0.0)
         return -(L - 2) * mu * (1 - r) ** (L - 1)
 

@@ -811,15 +811,15 @@ def integrate(
         code, winner = f.certify(y)
         # TAKES_OVER also says the winner takes the lead: the flow runs on to it (the
         # hand-off is seen, at a finite tau); only the run's end (below) labels by it.
+        leading = top(f.log_beta(y)) == winner
         leads = (code == fates.LEADS) | (code == fates.TAKES_OVER)
-        settled = leads & (top(f.log_beta(y)) == winner)
+        settled = leads & leading
         takeover = end & (code == fates.TAKES_OVER) & ~settled
         # The major wins in the end (docs/theory/regimes.md#usam-returns,
         # #escape-past-the-fixed-point). RETURNS: where it leads now it hands the lead on
         # first, so the run is returned; where a minor leads, at the run's end (the regime
         # is returned where the major led before, regimes.finish). WINS_LATER (it may lead
         # and lose before): only at the run's end with a minor leading.
-        leading = top(f.log_beta(y)) == winner
         returning = ((code == fates.RETURNS) & (leading | end)) | (
             (code == fates.WINS_LATER) & end & ~leading
         )
