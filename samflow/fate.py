@@ -14,8 +14,9 @@ Codes (``int``, the same in every batch element):
   the leader path is complete and names the regime.
 - :data:`COLLAPSE` (2): beta tends to 0 (the collapse event, or a certificate).
 - :data:`FINITE` (3): beta converges to a finite nonzero point (a certificate).
-- :data:`BLOWUP` (4): a finite-time blow-up ended the run (L >= 3); the leader at the
-  blow-up is the limit's.
+- :data:`BLOWUP` (4): a finite-time blow-up ended the run (L >= 3) with the blow-up's
+  proven winner leading (docs/theory/regimes.md#blow-up-winner): the leader at the
+  blow-up is the limit's. A blow-up without a proven winner is OPEN.
 - :data:`TAKEOVER` (5): the certified *winner* does not lead where the run stopped, but
   a certificate (or, for a flow, the blow-up's winner,
   docs/theory/regimes.md#blow-up-winner) proves it takes the lead within finite time and

@@ -858,7 +858,8 @@ def integrate(
     at_blowup, blowup_winner = jnp.asarray(fates.BLOWUP, jnp.int32), major
     closed = rule.balanced
     by_rate = closed is not None and closed.blowup_won_by_rate
-    if config.formulation == "log" and model.closed_forms and by_rate:
+    by_rate = by_rate and config.formulation == "log" and model.closed_forms
+    if by_rate:
         # The blow-up's winner is the largest x_j = mu_j u_j^(L-2), whoever leads where
         # the solve stopped (docs/theory/regimes.md#blow-up-winner): where another
         # coordinate leads there, the race is not over, and the winner takes the lead
@@ -867,7 +868,7 @@ def integrate(
         # at every tau, which never led: minor_end. The order of x is read at the start,
         # exactly, not from a solved state in which the gaps may have shrunk below the
         # solver's error. Only the rules whose closed form carries the proof
-        # (BalancedFlow.blowup_won_by_rate); other blow-ups are read by their leader.
+        # (BalancedFlow.blowup_won_by_rate).
         log_x = jnp.log(problem.X[0]) + (depth - 2) * y0
         blowup_winner = top(log_x)
         racing = blowup_winner != top(f.log_beta(y_end))
@@ -875,7 +876,10 @@ def integrate(
             racing, jnp.where(blowup_winner > 0, fates.TAKEOVER, fates.OPEN), at_blowup
         )
     end_fate, end_winner = fate_of(y_end, end=True)
-    at_event = blowup & (depth >= 3)
+    # Any other blow-up is decided only by a certificate at the stop (linf-SAM's first
+    # blow-up): the leader at the guard need not win the race beyond it
+    # (docs/theory/regimes.md#labels-of-the-limit).
+    at_event = blowup & (depth >= 3) & by_rate
     fate = jnp.select([collapsed, at_event], [fates.COLLAPSE, at_blowup], end_fate)
     fate = fate.astype(jnp.int32)
     winner = jnp.where(at_event, blowup_winner, end_winner)

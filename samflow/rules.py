@@ -150,7 +150,8 @@ class BalancedFlow:
     proof needs the log form ``d log u_j/dtau = x_j (1 - rho c x_j)^(L-1)`` with one ``c``
     for every coordinate, decaying fast enough at the blow-up (``int c x_w x_k dtau``
     finite): GD, l2-SAM and USAM declare it. False (the default, a rule of yours): the
-    leader at the blow-up names the limit, as for every blow-up without that proof.
+    blow-up decides nothing (the leader at the solver's guard can still lose a race
+    beyond it); the run is labelled only where ``fate`` decides it at the stop.
     """
 
     formulation: str
@@ -799,9 +800,12 @@ def _linf_fate(u, mu, depth, rho, eta=None):
       rho exactly) FINITE.
     - odd L >= 3: ``du/dtau = mu (u - rho)^(L-1) >= 0``, so every ``u_j <= rho``
       creeps up to rho: all ``u_j <= rho`` gives FINITE (``beta -> rho^L`` where
-      ``u_j(0) > 0``); a coordinate above rho blows up (the event decides): OPEN.
+      ``u_j(0) > 0``).
     - even L >= 4: below rho ``u`` falls to the absorbing 0: all ``u_j < rho`` gives
-      COLLAPSE, all ``<= rho`` with one at rho FINITE; else OPEN.
+      COLLAPSE, all ``<= rho`` with one at rho FINITE.
+    - L >= 3 with some ``u_j > rho``: the first blow-up wins (:func:`_linf_first_blowup`):
+      TAKES_OVER, winner the coordinate that blows up first; OPEN where two blow up
+      within a relative ``LINF_TIE`` of each other.
 
     The discrete step can jump past rho or 0, which the flow cannot: its certificates
     (``eta`` given, ``u`` the signed ``u = sign(beta) |beta|^(1/L)``) hold only where the
@@ -812,15 +816,49 @@ def _linf_fate(u, mu, depth, rho, eta=None):
     below_all, at_most = jnp.all(u < rho), jnp.all(u <= rho)
     lower = jnp.where(below_all, _fate.COLLAPSE, _fate.FINITE)
     two = jnp.where(jnp.any(above), _fate.LEADS, lower)
-    odd = jnp.where(at_most, _fate.FINITE, _fate.OPEN)
-    even = jnp.where(at_most, lower, _fate.OPEN)
-    deep = jnp.where(depth % 2 == 1, odd, even)
+    first, first_code = _linf_first_blowup(u, mu, depth, rho)
+    deep = jnp.where(at_most, jnp.where(depth % 2 == 1, _fate.FINITE, lower), first_code)
     flow = jnp.where(depth == 2, two, deep)
+    winner = jnp.where(depth == 2, winner, first)
     if eta is not None:
         flow, winner = _linf_step_fate(u, mu, depth, rho, eta)
     code = jnp.where(depth == 1, _fate.LEADS, flow)
     winner = jnp.where(depth == 1, jnp.argmax(mu) + 1, winner)
     return code.astype(jnp.int32), winner.astype(jnp.int32)
+
+
+LINF_TIE = 1e-4
+"""How far apart, in ``log T_j``, linf-SAM's first two blow-ups must be for
+:func:`_linf_first_blowup` to name the first: 1e-4, a relative 1e-4 in the times, far
+above what the solver's relative error in ``u - rho`` (``Flow.rtol``, 1e-8 by default,
+times ``L - 2`` in ``log T``) can move them."""
+
+
+def _linf_first_blowup(u, mu, depth, rho):
+    r"""linf-SAM's flow at ``L >= 3`` with some ``u_j > rho`` (derived in
+    docs/theory/regimes.md#linf-first-blow-up): ``(TAKES_OVER, w)`` with ``w`` the
+    coordinate that blows up first, ``(OPEN, w)`` where the first two blow-ups are within
+    :data:`LINF_TIE` (in ``log T``) of each other.
+
+    The coordinates are uncoupled: ``dv_j/dtau = mu_j v_j^(L-1)`` for the excess
+    ``v_j = u_j - rho > 0``, so ``Y_j = v_j^-(L-2)`` falls on a line,
+    ``Y_j(tau) = Y_j - (L-2) mu_j tau``, and ``u_j`` blows up at
+    ``T_j = Y_j / ((L-2) mu_j)``. The leader (the largest ``u``, always one above rho:
+    those at most rho stay there) is the lowest line. The first to reach 0, ``w``, leads
+    from some time before ``T_w`` on: no other line is below it there. The lowest of
+    lines is concave in tau, so its slope ``-(L-2) mu`` only falls: the leaders from now
+    on have ever larger mu, up to ``mu_w``. So where ``w`` is a minor coordinate the major
+    (largest mu) does not lead in between, as TAKES_OVER's minor winner needs; the
+    order of the ``T_j`` never changes (each falls as ``T_j - tau``).
+    """
+    above = u > rho
+    p = jnp.maximum(depth - 2, 1)
+    v = jnp.where(above, u - rho, 1.0)
+    log_t = jnp.where(above, -p * jnp.log(v) - jnp.log(p * mu), jnp.inf)
+    w = jnp.argmin(log_t)
+    second = jnp.min(jnp.where(jnp.arange(u.shape[-1]) == w, jnp.inf, log_t))
+    code = jnp.where(second - log_t[w] > LINF_TIE, _fate.TAKES_OVER, _fate.OPEN)
+    return w + 1, code
 
 
 def _linf_step_fate(u, mu, depth, rho, eta):

@@ -6,6 +6,8 @@ the step-size conditions are needed; and the engine's decided discrete runs keep
 labels in the map run 50 times longer.
 """
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,19 +15,25 @@ import pytest
 
 import samflow
 from samflow import fate as fates
+from samflow.regimes import NAMES
 from samflow.rules import SAM_LINF
 
 ETAS = (0.01, 0.3, 2.0)
 
 
 def _certify(u, mu, depth, rho, eta):
-    """linf-SAM's discrete certificate over states u [n, d] (signed; one program)."""
+    """linf-SAM's discrete certificate over states u [n, d] (signed; one program); eta
+    None: the flow's. In float64, as the engine evaluates it (samflow.precision: a scoped
+    x64 context)."""
 
-    def one(u_, mu_):
-        return SAM_LINF.balanced.fate(u_, mu_, depth, jnp.asarray(rho), jnp.asarray(eta))
+    with jax.enable_x64(True):
+        step = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
 
-    code, winner = jax.jit(jax.vmap(one))(jnp.asarray(u), jnp.asarray(mu))
-    return np.asarray(code), np.asarray(winner)
+        def one(u_, mu_):
+            return SAM_LINF.balanced.fate(u_, mu_, depth, jnp.asarray(rho), step)
+
+        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(u), jnp.asarray(mu))
+        return np.asarray(code), np.asarray(winner)
 
 
 def _step(u, mu, L, rho, eta):
@@ -291,3 +299,93 @@ def test_discrete_runs_are_decided_and_hold_50x_longer(depth):
     assert decided >= 10, decided
     assert low.get(7 if depth % 2 else 1, 0) >= 2, low  # the starts below rho: finite, collapse
     assert depth > 2 or taken >= 1, taken  # a take-over not yet reached is checked too
+
+
+def _scipy_blowup_path(u0, mu, L, rho):
+    """linf-SAM's balanced flow from u0 [d] (some u_j > rho) to its first blow-up, by
+    SciPy's DOP853 (rtol 1e-11) in s_j = log(u_j - rho) of the coordinates above rho
+    (ds_j/dtau = mu_j e^((L-2) s_j); those at most rho stay there and never lead), in
+    the time d sigma = e^((L-2) S) d tau, S = logsumexp(s), in which the field stays
+    bounded up to the blow-up, to max s = 30: the leaders (0-based) read at every
+    solver step and on a dense grid of each step, in order."""
+    from scipy.integrate import solve_ivp
+    from scipy.special import logsumexp
+
+    above = np.flatnonzero(u0 > rho)
+    m = mu[above]
+
+    def top(t, s):
+        return np.max(s) - 30.0
+
+    top.terminal = True
+    sol = solve_ivp(
+        lambda t, s: m * np.exp((L - 2) * (s - logsumexp(s))), (0.0, 1e9),
+        np.log(u0[above] - rho), method="DOP853", rtol=1e-11, atol=1e-12, events=top,
+        dense_output=True,
+    )  # fmt: skip
+    assert sol.status == 1  # stopped by the blow-up event
+    pairs = zip(sol.t[:-1], sol.t[1:], strict=True)
+    grid = np.concatenate([np.linspace(a, b, 8) for a, b in pairs])
+    leaders = above[np.argmax(sol.sol(grid), axis=0)]
+    return [int(j) for j, _ in itertools.groupby(leaders)]
+
+
+@pytest.mark.parametrize("depth", [3, 4, 5])
+def test_linf_flows_first_blow_up_wins(depth):
+    """docs/theory/regimes.md#linf-first-blow-up: from random states with some u_j above
+    rho, the certificate's winner is the leader at SciPy's blow-up; the leaders on the
+    way have rising mu (so a minor winner keeps the major from leading in between); a
+    near tie (the first two blow-up times 1e-5 apart, relative) is left open, 1e-3 apart
+    it is decided. Naming the
+    leader now instead of the first blow-up fails: in 12 or more of the sampled states
+    the leader now is not the winner."""
+    rng = np.random.default_rng(depth)
+    rho = 0.5
+    mu, u = _states(rng, 40, depth, rho)
+    u = np.abs(u)
+    u[:, 0] = np.maximum(u[:, 0], 1.05 * rho)  # some coordinate above rho
+    # and 40 with every coordinate above rho, excesses within a factor 20: races
+    mu = np.concatenate([mu, rng.uniform(0.3, 4.0, size=(40, 4))])
+    u = np.concatenate([u, rho * (1 + rng.uniform(0.05, 1.0, size=(40, 4)))])
+    code, winner = _certify(u, mu, depth, rho, None)
+    assert np.all(code == fates.TAKES_OVER)
+    changes = 0
+    for k in range(len(u)):
+        path = _scipy_blowup_path(u[k], mu[k], depth, rho)
+        assert path[-1] == winner[k] - 1, (u[k], mu[k], path, winner[k])
+        assert np.all(np.diff(mu[k][path]) > 0), (u[k], mu[k], path)
+        major = int(np.argmax(mu[k]))
+        if major != path[-1]:
+            assert major not in path
+        changes += len(path) > 1
+    assert changes >= 12, changes
+    # a near tie: coordinate 1's blow-up time 1e-5 after coordinate 0's
+    p = depth - 2
+    tied = np.array([[0.9, 0.5 + (0.4**-p * 1.5 * (1 + 1e-5)) ** (-1 / p), 0.3, 0.2]])
+    tie_mu = np.array([[2.0, 3.0, 1.0, 4.0]])
+    code, _ = _certify(tied, tie_mu, depth, rho, None)
+    assert code[0] == fates.OPEN
+    apart = tied.copy()  # 1e-3 apart: decided, coordinate 1 (1-based) first
+    apart[0, 1] = 0.5 + (0.4**-p * 1.5 * (1 + 1e-3)) ** (-1 / p)
+    code, winner = _certify(apart, tie_mu, depth, rho, None)
+    assert code[0] == fates.TAKES_OVER and winner[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("u0", "label", "coord"),
+    [([1.0, 0.6, 0.9], "sequential", 3), ([1.5, 0.9, 0.6], "minor_end", 1)],
+)
+def test_linf_flow_is_labelled_by_its_first_blow_up(u0, label, coord):
+    """The engine's linf-SAM flow at L = 3 (mu 1, 2, 4; rho 0.5): a minor leads at the
+    start; the major blows up first (blow-up times 2, 5, 0.625: path 1 -> 3, sequential)
+    or coordinate 1 does (1, 1.25, 2.5: minor_end, the major never led); SciPy's path to
+    the blow-up agrees."""
+    mu, rho = np.array([1.0, 2.0, 4.0]), 0.5
+    ds = samflow.trajectory(
+        "sam-linf", depth=3, mu=mu, alpha_per_coord=u0, rho=rho,
+        runner=samflow.Flow(tau_max=5.0),
+    )  # fmt: skip
+    assert NAMES[int(ds["regime"])] == label
+    assert int(ds["limit_coord"]) == coord
+    path = _scipy_blowup_path(np.array(u0), mu, 3, rho)
+    assert [j + 1 for j in path][-1] == coord

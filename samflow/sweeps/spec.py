@@ -44,23 +44,23 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-6"
-"""The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks
-labelled under another meaning (limit-5: before take-overs named their winner, a minor
-coordinate included, docs/theory/regimes.md#minor-winner, and before the blow-up's winner
-was kept to the closed forms that declare its proof (a rule of one's own is read by its
-leader at the blow-up again); limit-4: before this stop's certificates: linf-SAM's
+LABELS = "limit-7"
+"""The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
+under another meaning (limit-6: before a blow-up without a proven winner was left unresolved
+(a rule of one's own, other models) and linf-SAM's flow was labelled by its first blow-up,
+docs/theory/regimes.md#linf-first-blow-up; limit-5: before take-overs named their winner, a
+minor coordinate included, docs/theory/regimes.md#minor-winner, and before the blow-up's
+winner was kept to the closed forms that declare its proof (a rule of one's own is read by
+its leader at the blow-up again); limit-4: before this stop's certificates: linf-SAM's
 discrete step, docs/theory/regimes.md#linf-sam-discrete-step, USAM's finite limits and leads
 beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's lead by
 a minor leader with the largest rate and race to the bound,
 docs/theory/regimes.md#lead-certificates-at-every-depth, l2-SAM's second collapse
-certificate and the blow-up's winner; limit-3: before the
-take-over at every depth and the labels of stalled tied starts,
-docs/theory/regimes.md#takeover-at-every-depth; limit-2:
-before the take-over certificate,
-docs/theory/regimes.md#takeover-certificate; limit-1: before discrete leader paths were read
-after every step; earlier: before docs/theory/regimes.md#labels-of-the-limit) are never
-resumed into a sweep of this one."""
+certificate and the blow-up's winner; limit-3: before the take-over at every depth and the
+labels of stalled tied starts, docs/theory/regimes.md#takeover-at-every-depth; limit-2:
+before the take-over certificate, docs/theory/regimes.md#takeover-certificate; limit-1:
+before discrete leader paths were read after every step; earlier: before
+docs/theory/regimes.md#labels-of-the-limit) are never resumed into a sweep of this one."""
 KEY_FORMAT = 2
 """The version of how :meth:`SweepSpec.key` is computed, part of it: 2 (issue 31) hashes
 every field that differs from its default, recursing into the settings objects
