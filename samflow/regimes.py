@@ -60,8 +60,9 @@ FLAG_MEANINGS = "failed unresolved collapse sequential direct returned major_los
 """The names of :data:`FLAG_VALUES`, in order, space-separated (CF ``flag_meanings``)."""
 NAMES = dict(zip(FLAG_VALUES, FLAG_MEANINGS.split(), strict=True))
 UNRESOLVED_HOW = (
-    "unresolved: the run's fate was not decided where it stopped (no collapse or "
-    "blow-up event, no certificate of the limit; docs/theory/regimes.md#labels-of-the-limit); "
+    "unresolved: the run's fate was not decided where it stopped (no certified collapse, "
+    "no blow-up with a proven winner, no certificate of the limit; "
+    "docs/theory/regimes.md#labels-of-the-limit); "
     "unresolved_reason says how it stood, leader_path and stop_leader what was seen"
 )
 PATH_HOW = (
