@@ -289,9 +289,12 @@ def _log_form(
             # a minor one, which stays ahead of the major (a larger x, a smaller mu).
             # At L = 2 (log x = log mu: the major) where the lead's middle certificate holds
             # (docs/theory/regimes.md#middle-at-depth-two).
-            taking = (depth >= 2) & overtakes & (code != _fate.COLLAPSE)
+            # A minor that leads already, certified by the lead certificate, stays LEADS.
+            top = jnp.argmax(_log_x(s, mu, L)) + 1
+            kept = certified & (winner == top) & (top != _major(mu))
+            taking = (depth >= 2) & overtakes & (code != _fate.COLLAPSE) & ~kept
             code = jnp.where(taking, _fate.TAKES_OVER, code)
-            winner = jnp.where(taking, jnp.argmax(_log_x(s, mu, L)) + 1, winner)
+            winner = jnp.where(taking, top, winner)
         if finite is not None:
             # L >= 3: every u_j grows to a point where every r_j = 1 (it excludes the
             # lead certificates: a winner keeps the largest x, which no such point has).
@@ -387,9 +390,10 @@ def _l2_lead(s, mu, L, rho, eta=None):
     break (for the discrete step ``u_j' = u_j (1 + h F(x_j))`` too: every factor is in ``[1, 1
     + h F(x_w)]``). The winner is ``w``, a minor coordinate where one leads with the largest
     rate. Below the bound, at L >= 3, where :func:`_l2_shares_kept` holds for ``w``.
-    Take-over (third value, L >= 3): the major's bound strict or :func:`_l2_shares_kept`,
-    and ``x_k < x_a`` for every other ``k``, whoever leads
-    (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
+    Take-over (third value, L >= 3), by the coordinate ``t`` with the strictly largest rate
+    (the major, or a minor one: docs/theory/regimes.md#minor-winner): ``x_k < x_t`` for
+    every other ``k`` and ``u_t > sqrt(L) rho`` or :func:`_l2_shares_kept` for ``t``, whoever
+    leads (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
     :func:`_l2_past_fixed_point` with the leader above the bound
     (docs/theory/regimes.md#escape-past-the-fixed-point). At L = 2 the third value is
     :func:`_l2_middle` (docs/theory/regimes.md#middle-at-depth-two). Compared in logs."""
@@ -400,11 +404,14 @@ def _l2_lead(s, mu, L, rho, eta=None):
     w = jnp.argmax(jnp.where(at_top, log_x, -jnp.inf))
     fastest = jnp.all(log_x <= log_x[w])
     bound = jnp.log(rho) + 0.5 * jnp.log(L)
-    gap = s[jnp.argmax(mu)] - bound
     leads = (fastest & (s[w] >= bound)) | _l2_shares_kept(s, mu, L, rho, w)
     leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
-    shares = _l2_shares_kept(s, mu, L, rho)
-    ahead = _ahead_in_rate(s, mu, L)
+    # The take-over's coordinate: the strictly largest rate, the major or a minor one
+    # (docs/theory/regimes.md#minor-winner: it keeps u above the major's for ever).
+    top = jnp.argmax(log_x)
+    ahead = jnp.all((jnp.arange(mu.shape[0]) == top) | (log_x < log_x[top]))
+    gap = s[top] - bound
+    shares = _l2_shares_kept(s, mu, L, rho, top)
     # Odd L: the major escapes past the fixed point, and while it is below the bound the
     # leader is above it: its first lead comes past the bound, for good
     # (docs/theory/regimes.md#escape-past-the-fixed-point).
