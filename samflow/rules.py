@@ -288,9 +288,14 @@ def _log_form(
             # ahead grows by a fixed share of its own log growth, which has no bound: it
             # takes the lead (docs/theory/regimes.md#takeover-at-every-depth). The major, or
             # a minor one, which stays ahead of the major (a larger x, a smaller mu).
-            taking = (depth >= 3) & overtakes & (code != _fate.COLLAPSE)
+            # At L = 2 (log x = log mu: the major) where the lead's middle certificate holds
+            # (docs/theory/regimes.md#middle-at-depth-two).
+            # A minor that leads already, certified by the lead certificate, stays LEADS.
+            top = jnp.argmax(_log_x(s, mu, L)) + 1
+            kept = certified & (winner == top) & (top != _major(mu))
+            taking = (depth >= 2) & overtakes & (code != _fate.COLLAPSE) & ~kept
             code = jnp.where(taking, _fate.TAKES_OVER, code)
-            winner = jnp.where(taking, jnp.argmax(jnp.log(mu) + (L - 2) * s) + 1, winner)
+            winner = jnp.where(taking, top, winner)
         if finite is not None:
             # L >= 3: every u_j grows to a point where every r_j = 1 (it excludes the
             # lead certificates: a winner keeps the largest x, which no such point has).
@@ -317,6 +322,12 @@ def _l2_log_c(log_mu, s, L):
     return -0.5 * (jnp.log(L) + jax.nn.logsumexp(2 * log_mu + 2 * (L - 1) * s))
 
 
+def _log_x(s, mu, L):
+    """``log x_j = log mu_j + (L - 2) s_j``, the rate variables ``x_j = mu_j u_j^(L-2)`` in
+    logs (``s = log |u|``)."""
+    return jnp.log(mu) + (L - 2) * s
+
+
 def _major(mu):
     """The major's 1-based index (the largest mu): the winner of every lead certificate
     below but GD's flow at L >= 3."""
@@ -328,7 +339,7 @@ def _ahead_in_rate(s, mu, L):
     ``k != a`` (``x_j = mu_j u_j^(L-2)``, compared in logs): the first condition of the
     take-over at every depth (docs/theory/regimes.md#takeover-at-every-depth)."""
     a = jnp.argmax(mu)
-    log_x = jnp.log(mu) + (L - 2) * s
+    log_x = _log_x(s, mu, L)
     others = jnp.arange(mu.shape[0]) != a
     return jnp.all(~others | (log_x < log_x[a]))
 
@@ -357,7 +368,7 @@ def _gd_lead(s, mu, L, rho, eta=None):
     if eta is not None:
         # The winner: the coordinate with the largest x, where it is the only one (the
         # major wherever the major leads; else the major, which leads for ever once it leads).
-        log_x = jnp.log(mu) + (L - 2) * s
+        log_x = _log_x(s, mu, L)
         top = jnp.argmax(log_x)
         only = jnp.sum(log_x == log_x[top]) == 1
         winner = jnp.where(only, top + 1, _major(mu))
@@ -380,28 +391,69 @@ def _l2_lead(s, mu, L, rho, eta=None):
     break (for the discrete step ``u_j' = u_j (1 + h F(x_j))`` too: every factor is in ``[1, 1
     + h F(x_w)]``). The winner is ``w``, a minor coordinate where one leads with the largest
     rate. Below the bound, at L >= 3, where :func:`_l2_shares_kept` holds for ``w``.
-    Take-over (third value, L >= 3): the major's bound strict or :func:`_l2_shares_kept`,
-    and ``x_k < x_a`` for every other ``k``, whoever leads
-    (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
+    Take-over (third value, L >= 3), by the coordinate ``t`` with the strictly largest rate
+    (the major, or a minor one: docs/theory/regimes.md#minor-winner): ``x_k < x_t`` for
+    every other ``k`` and ``u_t > sqrt(L) rho`` or :func:`_l2_shares_kept` for ``t``, whoever
+    leads (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
     :func:`_l2_past_fixed_point` with the leader above the bound
-    (docs/theory/regimes.md#escape-past-the-fixed-point). Compared in logs."""
-    log_x = jnp.log(mu) + (L - 2) * s
+    (docs/theory/regimes.md#escape-past-the-fixed-point). At L = 2 the third value is
+    :func:`_l2_middle` (docs/theory/regimes.md#middle-at-depth-two). Compared in logs."""
+    log_x = _log_x(s, mu, L)
     # The leader; among coordinates tied at the top, the one with the largest rate (the
     # major where it is among them), which the exact first step puts strictly ahead.
     at_top = s == jnp.max(s)
     w = jnp.argmax(jnp.where(at_top, log_x, -jnp.inf))
     fastest = jnp.all(log_x <= log_x[w])
     bound = jnp.log(rho) + 0.5 * jnp.log(L)
-    gap = s[jnp.argmax(mu)] - bound
     leads = (fastest & (s[w] >= bound)) | _l2_shares_kept(s, mu, L, rho, w)
     leads = leads | _l2_race_to_bound(s, mu, L, rho, w, eta)
-    shares = _l2_shares_kept(s, mu, L, rho)
-    ahead = _ahead_in_rate(s, mu, L)
+    # The take-over's coordinate: the strictly largest rate, the major or a minor one
+    # (docs/theory/regimes.md#minor-winner: it keeps u above the major's for ever).
+    top = jnp.argmax(log_x)
+    ahead = jnp.all((jnp.arange(mu.shape[0]) == top) | (log_x < log_x[top]))
+    gap = s[top] - bound
+    shares = _l2_shares_kept(s, mu, L, rho, top)
     # Odd L: the major escapes past the fixed point, and while it is below the bound the
     # leader is above it: its first lead comes past the bound, for good
     # (docs/theory/regimes.md#escape-past-the-fixed-point).
     past = _l2_past_fixed_point(s, mu, L, rho, eta) & (jnp.max(s) > bound)
-    return leads, w + 1, (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
+    deep = (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
+    return leads, w + 1, deep | ((L == 2) & _l2_middle(s, mu, rho, eta))
+
+
+def _l2_middle(s, mu, rho, eta=None):
+    r"""Where l2-SAM at L = 2, outside the region ``rho c (a + b) < 1``, provably enters it
+    with the major not leading before (derived in docs/theory/regimes.md#middle-at-depth-two),
+    for the flow (``eta`` None) or the discrete step. With ``K = ||m||_2 / rho``, ``d log
+    u_j/dtau = g_j = mu_j (1 - mu_j / K)``, and ``K >= P_j = sqrt(2) mu_j u_j / rho``: a
+    coordinate with ``u_j > rho / sqrt(2)`` (the set ``G``) has ``g_j > 0`` and never falls
+    (each step factor ``1 + h g_j > 1``), so ``K >= K_lo = max_G P_j`` for ever; its growth
+    rate is at least ``mu_j (1 - mu_j / P_j)`` now, so (the step's ``sum h`` diverges while
+    ``K <= a + b`` bounds every ``u_k``) the region comes within finite time, where the major
+    takes over. The major does not lead before it where (A) it is strictly behind ``b``
+    (the second largest mu: ``g_a <= g_b`` outside the region; step: also ``eta mu_a (mu_a /
+    K_lo - 1) <= 1``, so that ``0 <= 1 + h g_a <= 1 + h g_b``), or (B) at any lead of the
+    major the region holds: ``2 (mu_a^2 U^2 + sum_{G - a} mu_j^2 u_j^2) > (rho (a + b))^2``,
+    ``U = max_G u_j`` (then ``u_a >= U`` and each ``u_j`` of ``G`` is at least its value
+    now). Compared in logs (``s = log |u|``)."""
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    half_log2 = 0.5 * jnp.log(2.0)
+    a = jnp.argmax(mu)
+    others = jnp.arange(mu.shape[0]) != a
+    b = jnp.argmax(jnp.where(others, mu, -jnp.inf))
+    grows = s > log_rho - half_log2  # u_j > rho / sqrt(2): never falls
+    log_P = half_log2 + log_mu + s - log_rho  # log (sqrt(2) mu_j u_j / rho)
+    log_K_lo = jnp.max(jnp.where(grows, log_P, -jnp.inf))
+    top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
+    log_ab = jnp.log(jnp.sum(top2))
+    behind = others[b] & (mu[a] > mu[b]) & (s[a] < s[b])
+    if eta is not None:  # h <= eta: the major's factor stays nonnegative, below b's
+        behind = behind & (eta * mu[a] * (mu[a] * jnp.exp(-log_K_lo) - 1) <= 1)
+    log_U = jnp.max(jnp.where(grows, s, -jnp.inf))
+    log_rest = jnp.where(grows & others, 2 * (log_mu + s), -jnp.inf)
+    log_sum = jax.nn.logsumexp(jnp.append(log_rest, 2 * (log_mu[a] + log_U)))
+    at_lead = half_log2 + 0.5 * log_sum - log_rho > log_ab  # log K at the major's lead
+    return jnp.any(grows) & (behind | at_lead)
 
 
 def _l2_race_to_bound(s, mu, L, rho, w, eta=None):

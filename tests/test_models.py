@@ -427,8 +427,8 @@ def test_default_sweep_key_is_unchanged():
     leads, l2-SAM's minor leaders; fc35857ad47a4be8 before) and limit-6 (take-overs by a
     minor winner, the blow-up's winner only where a closed form declares its proof;
     a0a15563a571e89d before) and limit-7 (a blow-up without a proven winner unresolved,
-    linf-SAM's first blow-up; 5264b7b5555fee57 before), so that no chunk of an old key is
-    ever resumed."""
+    linf-SAM's first blow-up, l2-SAM's middle at depth two and its take-over by a minor;
+    5264b7b5555fee57 before), so that no chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
     assert spec.summaries is None and spec.key() == "7f8ed0936188d315"

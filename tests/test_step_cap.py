@@ -9,7 +9,7 @@ import pytest
 
 import samflow
 from samflow.errors import InputError
-from samflow.regimes import RETURNED, SEQUENTIAL, UNRESOLVED
+from samflow.regimes import DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 
 
 def numpy_map(rule, mu, alpha, rho, eta, steps, depth=2):
@@ -60,23 +60,26 @@ def test_every_step_path_catches_short_leads():
     assert int(ds["regime"]) == RETURNED
 
 
-def test_step_cap_decides_what_the_steps_leave_open():
-    """l2-SAM, L = 2: at step 100 coordinate 3 leads and the run is unresolved; with a
-    cap of 10,000 it goes on to the major's take-over (after step 304, where the L = 2
-    region certificate holds) and is sequential, with the path and hand-off step of a
-    NumPy run 100 times longer, whose major leads at its end."""
+def test_step_cap_keeps_what_the_middle_certificate_decides():
+    """l2-SAM, L = 2: at step 100 coordinate 3 leads outside the region; the middle
+    certificate (docs/theory/regimes.md#middle-at-depth-two: u above rho / sqrt(2), the
+    major behind coordinate 3) decides the run there, sequential, limit the major (this
+    run was unresolved at step 100 before it, and decided by the region after step 304
+    under a cap). A cap of 10,000 changes nothing. The NumPy run 100 times longer agrees:
+    path [3, 4], the major's lead after step 304, held to the end, in the region."""
     problem = dict(mu=[1.0, 2.0, 3.0, 4.0], alpha=1.3274657662401144, rho=1.5)
     eta = 0.05
     short = samflow.trajectory(
         "sam-l2", depth=2, **problem, runner=samflow.Discrete(eta=eta, steps=100)
     )
-    assert int(short["regime"]) == UNRESOLVED
     runner = samflow.Discrete(eta=eta, steps=100, step_cap=10_000)
     capped = samflow.trajectory("sam-l2", depth=2, **problem, runner=runner)
     leaders, at, u = numpy_map("l2", problem["mu"], problem["alpha"], problem["rho"], eta, 10_000)
-    assert path_of(capped) == (leaders, at) == ([3, 4], [1, 304])
-    assert int(capped["regime"]) == SEQUENTIAL
-    # The records end at step 100: the longer run is unrecorded.
+    assert (leaders, at) == ([3, 4], [1, 304])
+    for ds in (short, capped):
+        assert int(ds["regime"]) == SEQUENTIAL and int(ds["limit_coord"]) == 4
+        assert path_of(ds) == ([3], [1])
+    # The records end at step 100 either way.
     assert int(capped["step"].values[-1]) == 100
     assert capped.attrs["step_cap"] == 10_000
     # The reference's end is inside the certificate's region rho c (mu_3 + mu_4) < 1.
@@ -99,11 +102,10 @@ def test_step_cap_in_a_sweep_keeps_decided_labels():
     assert plain.key() != capped.key()
     a = samflow.sweep("sam-l2", runner=plain.runner, **kw)
     b = samflow.sweep("sam-l2", runner=capped.runner, **kw)
-    decided = a["regime"].values != UNRESOLVED
-    assert decided.any() and not decided.all()
+    assert np.all(a["regime"].values != UNRESOLVED)
     for name in ("regime", "leader_path", "handoff_step"):
-        np.testing.assert_array_equal(a[name].values[decided], b[name].values[decided])
-    assert b["regime"].values[~decided].tolist() == [SEQUENTIAL]
+        np.testing.assert_array_equal(a[name].values, b[name].values)
+    assert a["regime"].values.tolist() == [SEQUENTIAL, DIRECT]
 
 
 @pytest.mark.parametrize("cap", [100, 50, 0, 2.5])

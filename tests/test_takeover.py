@@ -23,7 +23,8 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
     step ``[steps + 1, n]`` (1-based; 0 where the largest ``u^2`` is tied) and, from
     step ``watch_from`` on, whether the proof's invariants held at every step ``[n]``: the region
     ``rho c (a + b) < 1`` and a rise of every ``log(u_major / u_j)`` by at least
-    ``log(1 + h delta_j / (1 + eta a))``, ``delta_j`` taken with ``c`` at ``watch_from``."""
+    ``log(1 + h delta_j / (1 + eta a))``, ``delta_j`` taken with ``c`` at ``watch_from``, and
+    whether the region held at step ``watch_from`` ``[n]``."""
     mu = np.asarray(mu, np.float64)
     a, b = np.sort(mu)[-2:][::-1]
     major = int(np.argmax(mu))
@@ -31,6 +32,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
     n = u.shape[0]
     leaders = np.zeros((steps + 1, n), np.int64)  # row t: the leader after step t
     held = np.ones(n, bool)
+    inside = np.zeros(n, bool)
     delta = None
 
     def c_of(u):
@@ -52,6 +54,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
         if watch_from is not None and t >= watch_from:
             if delta is None:
                 delta = (mu[major] - mu) * (1.0 - rho[:, None] * c * (a + b))
+                inside = (rho * c[:, 0] * (a + b)) < 1
             held &= (rho * c[:, 0] * (a + b)) < 1
         w = u - rho[:, None] * c * mu * u
         h = eta / (1.0 + np.exp(np.sum(mu * w * w, axis=1, keepdims=True)))
@@ -65,7 +68,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
             held &= np.all(rise >= bound - 1e-12, axis=1)
         u = new
         leaders[t + 1] = leader(u)
-    return leaders, held
+    return leaders, held, inside
 
 
 def regime_of(path, major):
@@ -107,11 +110,12 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     """Random non-uniform starts, rho and eta, run 150 steps by the engine. For every run
     it decides with a minor leader (the take-over), a NumPy run 200 times longer keeps
     the proof's invariants at every step from step 150 (the region holds, every
-    ``u_major / u_j`` rises at least as the proof says), and where the major has taken
-    the lead by its end (the take-over can be slow: ``h`` shrinks as the loss does), it
-    leads there for good and the whole path's regime is the engine's label. The
-    certificate must fire, and some take-overs must be seen (else the test could not
-    fail)."""
+    ``u_major / u_j`` rises at least as the proof says; for l2-SAM only where the region held
+    at step 150: outside it the middle certificate decides, tested in tests/test_middle.py),
+    and where the major has taken the lead by its end (the take-over can be slow: ``h``
+    shrinks as the loss does), it leads there for good and the whole path's regime is the
+    engine's label. The certificate must fire, and some take-overs must be seen (else the
+    test could not fail)."""
     rng = np.random.default_rng(7 + len(method))
     mu = [0.7, 1.3, 2.1, 3.4]
     n, steps, eta = 48, 150, 0.05
@@ -119,7 +123,7 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     top = 0.6 if method == "usam" else 2.0
     u0 = np.exp(rng.uniform(np.log(0.02), np.log(top), (n, 4)))
     rho = np.exp(rng.uniform(np.log(0.05), np.log(2.0), n)) if method != "gd" else np.zeros(n)
-    long, held = numpy_map(RULES[method], mu, u0, rho, eta, 200 * steps, watch_from=steps)
+    long, held, inside = numpy_map(RULES[method], mu, u0, rho, eta, 200 * steps, watch_from=steps)
     labelled = seen_over = 0
     for i in range(n):
         kw = {} if method == "gd" else {"rho": float(rho[i])}
@@ -139,7 +143,8 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
             continue
         labelled += 1
         assert int(ds["limit_coord"]) == 4
-        assert held[i], i
+        # l2-SAM's middle certificate decides outside the region (tests/test_middle.py)
+        assert held[i] or (method == "sam-l2" and not inside[i]), i
         path = compress(long[:, i])
         if path[-1] == 4:
             seen_over += 1

@@ -46,12 +46,14 @@ SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
 LABELS = "limit-7"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
-under another meaning (limit-6: before a blow-up without a proven winner was left unresolved
-(a rule of one's own, other models) and linf-SAM's flow was labelled by its first blow-up,
-docs/theory/regimes.md#linf-first-blow-up; limit-5: before take-overs named their winner, a
-minor coordinate included, docs/theory/regimes.md#minor-winner, and before the blow-up's
-winner was kept to the closed forms that declare its proof (a rule of one's own is read by
-its leader at the blow-up again); limit-4: before this stop's certificates: linf-SAM's
+under another meaning (limit-6: before this stop's labels: a blow-up without a proven winner
+left unresolved (a rule of one's own, other models) and linf-SAM's flow labelled by its first
+blow-up, docs/theory/regimes.md#linf-first-blow-up; l2-SAM's middle at depth two,
+docs/theory/regimes.md#middle-at-depth-two, and its take-over by a minor with the strictly
+largest rate, docs/theory/regimes.md#minor-winner; limit-5: before take-overs named their
+winner, a minor coordinate included, docs/theory/regimes.md#minor-winner, and before the
+blow-up's winner was kept to the closed forms that declare its proof (a rule of one's own is
+read by its leader at the blow-up again); limit-4: before this stop's certificates: linf-SAM's
 discrete step, docs/theory/regimes.md#linf-sam-discrete-step, USAM's finite limits and leads
 beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's lead by
 a minor leader with the largest rate and race to the bound,
