@@ -378,7 +378,7 @@ def _z_star(mu_max, L, rho):
 def _run_step_map(mu, u, L, rho, eta, steps):
     """The NumPy map from u [n, d] (the major last), read every step: asserts every r_j <= 1,
     the major strictly ahead in rate and no u_j falling at each step; returns the leader
-    at each step [steps + 1, n] and whether each run passed z*."""
+    at each step [steps + 1, n], whether each run passed z*, and z at each step."""
     path = np.empty((steps + 1, *u.shape))
     path[0] = u
     for k in range(steps):
@@ -392,7 +392,7 @@ def _run_step_map(mu, u, L, rho, eta, steps):
     past = z >= np.array([_z_star(m.max(), L, rho) for m in mu])
     # past z*: every 2 L r_j <= 1 (the take-over's region, strict), at every state
     assert np.all(2 * L * r[past] <= 1.0 + 1e-12)
-    return np.argmax(path, axis=2), np.any(past, axis=0)
+    return np.argmax(path, axis=2), np.any(past, axis=0), z
 
 
 @pytest.mark.parametrize(
@@ -412,7 +412,7 @@ def test_a_returning_step_map_keeps_its_region_and_hands_the_lead_on(depth, rho,
     code, winner = _certify(np.log(u), mu, depth, rho, jnp.asarray(eta))
     picked = np.nonzero(code == fates.RETURNS)[0]
     assert len(picked) >= 20 and np.all(winner[picked] == 4)
-    leads, passed = _run_step_map(mu[picked[:8]], u[picked[:8]], depth, rho, eta, 20_000)
+    leads, passed, _ = _run_step_map(mu[picked[:8]], u[picked[:8]], depth, rho, eta, 20_000)
     if leader == "major":
         assert np.all(leads[0] == 3) and np.all(np.any(leads != 3, axis=0))  # handed on
     assert np.sum(passed) >= 2
@@ -453,7 +453,7 @@ def test_the_engine_labels_a_discrete_return():
     ds = samflow.trajectory("usam", depth=4, mu=mu, alpha=0.0139, rho=5.0, runner=runner)
     assert int(ds["regime"].values) == samflow.regimes.RETURNED
     assert int(ds["limit_coord"].values) == 4
-    leads, _ = _run_step_map(mu[None], np.full((1, 4), 0.0139), 4, 5.0, 0.01, 200_000)
+    leads, _, _ = _run_step_map(mu[None], np.full((1, 4), 0.0139), 4, 5.0, 0.01, 200_000)
     path = _path(np.eye(4)[leads[1:, 0]].T)  # the tied start has no leader
     assert path[:2] == [4, 3]
 
@@ -508,3 +508,58 @@ def test_a_minor_with_the_largest_rate_takes_over(depth):
                 assert np.all(leads[first[0] :] == w[k]), (eta, k)
                 taken += 1
         assert taken >= 3, (eta, taken)
+
+
+def _bunched_states(rng, n, L, rho):
+    """Random states in R with a minor leading and the major (last) strictly ahead in rate
+    by a factor in (1, 1.5): x_j = X q_j, q_j in (1/1.5, 1), u_j = (x_j / mu_j)^(1/(L-2))."""
+    mus, us = [], []
+    while len(mus) < n:
+        mu = np.sort(rng.uniform(0.5, 4.0, 4))
+        X = np.exp(rng.uniform(-2.0, 1.0))
+        q = np.append(np.exp(rng.uniform(-np.log(1.5), 0.0, 3)), 1.0)
+        u = (X * q / mu) ** (1 / (L - 2))
+        z = np.sum(mu * u**L)
+        if np.argmax(u) != 3 and np.all(rho * X * q / (1 + np.exp(z)) <= 1):
+            mus.append(mu)
+            us.append(u)
+    return np.array(mus), np.array(us)
+
+
+@pytest.mark.parametrize("depth", [3, 4])
+def test_a_late_first_lead_of_the_major_comes_past_z_star(depth):
+    """docs/theory/regimes.md#usam-late-lead: from random states in R with a minor leading
+    and the major ahead in rate (bunched rates, or the major within 10% of the leader),
+    where `_usam_late_lead` holds (TAKES_OVER, winner the major; step at eta 0.05), the
+    NumPy map read every step for 5,000 steps never has the major lead while z < z*
+    (brentq here); SciPy's DOP853 flow (to L max s = 400) has the major's
+    first lead past z* and ends led by it. Drop the condition on delta and this test fails
+    (states whose major leads early, below z*, are certified)."""
+    from samflow.rules import _usam_late_lead
+
+    rho, eta = (2.3, 0.05) if depth == 3 else (5.0, 0.05)
+    rng = np.random.default_rng(80 + depth)
+    mu, u = _bunched_states(rng, 120, depth, rho)
+    mu_near, u_near = _returning_states(rng, 120, depth, rho, "minor")  # the major near
+    mu, u = np.concatenate([mu, mu_near]), np.concatenate([u, u_near])
+
+    def late(s_, mu_, eta_):
+        return _usam_late_lead(s_, mu_, jnp.asarray(float(depth)), jnp.asarray(rho), eta_)
+
+    with jax.enable_x64(True):  # the engine's precision (float64) for both reads
+        s0, mu0 = jnp.asarray(np.log(u)), jnp.asarray(mu)
+        flow = np.asarray(jax.jit(jax.vmap(lambda a, b: late(a, b, None)))(s0, mu0))
+        step = np.asarray(jax.jit(jax.vmap(lambda a, b: late(a, b, eta)))(s0, mu0))
+        code, winner = _certify(np.log(u), mu, depth, rho, jnp.asarray(eta))
+    assert np.all(code[step] == fates.TAKES_OVER) and np.all(winner[step] == 4)
+    picked = np.nonzero(step)[0]
+    assert len(picked) >= 8, len(picked)
+    leads, _, z = _run_step_map(mu[picked], u[picked], depth, rho, eta, 5_000)
+    z_star = np.array([_z_star(m.max(), depth, rho) for m in mu[picked]])
+    assert not np.any((leads == 3) & (z < z_star))
+    assert np.any(flow)
+    for i in np.nonzero(flow)[0][:2]:
+        _, s = _flow(mu[i], np.log(u[i]), depth, rho, 1e6, top=400.0, clock=np.max)
+        zs = np.sum(mu[i][:, None] * np.exp(depth * s), axis=0)
+        major = np.argmax(s, axis=0) == 3
+        assert major[-1] and zs[np.argmax(major)] >= _z_star(mu[i].max(), depth, rho)
