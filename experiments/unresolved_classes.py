@@ -13,12 +13,15 @@ recomputed here by a NumPy float64 loop of the balanced step map (from the start
   the shares condition failing), ``c-stall`` (every step ``eta |l'(z~)| F(x_j)`` below
   1e-15 of u_j: the float64 steps round to nothing), ``d-major-leads-R>=1``,
   ``d-not-ahead`` (R < 1, the major not ahead in rate: another coordinate has the
-  largest x), ``gd: ...`` for GD;
+  largest x), ``gd: ...`` for GD; for USAM (``c = sigmoid(-z)``): ``usam: in R`` (every
+  ``r_j = rho c x_j <= 1``) or ``outside R``, who leads, and whether the major is ahead in
+  rate (docs/theory/regimes.md#usam-returns, #usam-step-returns);
 
 each split by whether max_j u_j is above its start (grow) or below (shrink).
 
     PYTHONPATH=. python experiments/unresolved_classes.py --grid issue --depth 3 --cap 100
     PYTHONPATH=. python experiments/unresolved_classes.py --grid random --method gd --depth 4
+    PYTHONPATH=. python experiments/unresolved_classes.py --grid figure --method usam --depth 4
 
 Grids: ``figure`` and ``random`` as experiments/unresolved_shares.py (n = 8: eta 0.01,
 2,000 steps); ``issue``: the grid of issue 38 (mu (1, 2, 3, 4), alpha 0.02..5 (24, log) x
@@ -44,7 +47,13 @@ def end_states(method, mu, u0, L, rho, eta, steps):
     rho = np.asarray(rho, float)[:, None]
     for _ in range(steps):
         m = mu * u ** (L - 1)
-        w = u if method == "gd" else u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+        if method == "usam":
+            z = np.minimum(np.sum(mu * u**L, axis=1, keepdims=True), 700.0)
+            w = u - rho * m / (1.0 + np.exp(z))
+        elif method == "gd":
+            w = u
+        else:
+            w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
         zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
         u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
     return u
@@ -54,7 +63,10 @@ def classify(method, mu, u, L, rho, eta, u0) -> str:
     u = np.abs(u)
     a, lead = int(np.argmax(mu)), int(np.argmax(u))
     m = mu * u ** (L - 1)
-    c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
+    if method == "usam":
+        c = 1.0 / (1.0 + np.exp(min(np.sum(mu * u**L), 700.0)))
+    else:
+        c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
     x = mu * u ** (L - 2)
     F = x * (1 - rho * c * x) ** (L - 1)
     w = u * (1 - rho * c * x)
@@ -69,6 +81,10 @@ def classify(method, mu, u, L, rho, eta, u0) -> str:
         return f"{'region' if rho * c * top2.sum() < 1 else 'middle'} ({trend})"
     if method == "gd":
         return f"gd: {'ahead' if np.all(np.delete(x, a) < x[a]) else 'not ahead'} ({trend})"
+    if method == "usam":
+        ahead = "ahead" if np.all(np.delete(x, a) < x[a]) else "not ahead"
+        where = "in R" if np.all(rho * c * x <= 1) else "outside R"
+        return f"usam: {where}, {'major' if lead == a else 'minor'} leads, major {ahead} ({trend})"
     R = L * rho * c * x[a]
     ahead = np.all(np.delete(x, a) < x[a])
     if R >= 1:

@@ -570,8 +570,9 @@ def _usam_lead(s, mu, L, rho, eta=None):
       u_w^L)``; step: by the concavity of ``log sigmoid(-z)`` and ``q^L - 1 >= L log q``).
 
     Take-over (third value, L >= 3): (bound) or (fall) with the region's inequality strict,
-    and ``x_k < x_a`` for every other ``k`` (so ``w`` is the major ``a``), whoever leads
-    (docs/theory/regimes.md#takeover-at-every-depth). Compared in logs."""
+    and ``x_k < x_w`` for every other ``k`` (``w`` the major, or a minor one, which then keeps
+    the major behind it: ``x_w > x_a`` with ``mu_w < mu_a``), whoever leads
+    (docs/theory/regimes.md#takeover-at-every-depth, #minor-winner). Compared in logs."""
     log_mu = jnp.log(mu)
     log_x = log_mu + (L - 2) * s
     top = jnp.argmax(log_x)
@@ -597,7 +598,10 @@ def _usam_lead(s, mu, L, rho, eta=None):
         (bound_by <= 0) | (inside & fall) | _usam_wide(s, log_x, w, L, rho, log_c, log_theta, eta)
     )
     strict = (bound_by < 0) | ((inside_by < 0) & fall)
-    overtakes = (L >= 3) & strict & _ahead_in_rate(s, mu, L)
+    # w has the strictly largest x: the major, or a minor one (then ahead of the major for
+    # ever, docs/theory/regimes.md#minor-winner)
+    overtakes = (L >= 3) & strict & (jnp.sum(log_x == log_x[top]) == 1)
+    overtakes = overtakes | _usam_late_lead(s, mu, L, rho, eta)  # w is the major there
     return holds, w + 1, overtakes
 
 
@@ -704,21 +708,96 @@ def _usam_gap_top(log_K, q):
     return jax.lax.fori_loop(0, 60, newton, -(log_K + jnp.log(q)))
 
 
+def _usam_z_star(log_mu, Lp, log_rho):
+    """``z* >= y*`` where ``2 L rho mu_max^(2/L) z^p sigmoid(-z) = 1`` (``p = 1 - 2/L``,
+    ``y*`` the top of ``z^p sigmoid(-z)``; ``z* = y*`` where the left side is at most 1
+    there), by bisection, and whether it lies below 700 (else no certificate: ``e^z*``
+    overflows). Past ``z*`` every ``2 L r_j <= 1`` in any USAM state, as ``mu_j u_j^L <= z``
+    (docs/theory/regimes.md#usam-step-returns)."""
+    tiny = jnp.finfo(log_mu.dtype).tiny
+    p = 1 - 2 / Lp
+    y_top = p
+    for _ in range(40):  # y* = p (1 + e^-y*), a contraction (as in _usam_lead)
+        y_top = p * (1 + jnp.exp(-y_top))
+    log_top = jnp.log(2 * Lp) + log_rho + (2 / Lp) * jnp.max(log_mu)
+
+    def past(z):  # 2 L rho mu_max^(2/L) z^p sigmoid(-z) <= 1
+        return log_top + p * jnp.log(jnp.maximum(z, tiny)) - jax.nn.softplus(z) <= 0
+
+    def halve(_, bracket):  # past(hi), not past(lo)
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        return jnp.where(past(mid), lo, mid), jnp.where(past(mid), mid, hi)
+
+    far = jnp.asarray(700.0, log_mu.dtype)  # e^z overflows float64 just above
+    _, z_star = jax.lax.fori_loop(0, 80, halve, (y_top, far))
+    z_star = jnp.where(past(y_top), y_top, z_star)
+    return z_star, past(z_star)
+
+
+def _usam_late_lead(s, mu, L, rho, eta=None):
+    """Where the USAM major at ``L >= 3`` provably leads for the first time only past ``z*``
+    and then for ever (docs/theory/regimes.md#usam-late-lead): a minor ``l`` leads, the state
+    is in ``R``, the major ``a`` has the strictly largest ``x``, no fixed point exists, and
+    (step) the conditions of the step's return with ``z_end = z*`` hold; and, with ``delta =
+    log(x_a / x_l)``, ``K = (L - 2) (1 + gamma m_L') / (1 - 1/L)^(L-1)`` (``gamma = 0`` for the
+    flow) and ``Lambda = log((z* / mu_l)^(1/L) (1 + gamma m_L') / u_l)`` (a bound of the log
+    growth of ``u_l`` while ``z < z*``), ``log(1 - e^-delta) + K Lambda < log(1 - mu_l /
+    mu_a)``: ``delta`` grows only while ``r_l < 1/L``, by at most ``K (e^delta - 1)`` times
+    the log growth of ``u_l``, so below ``z*`` it stays below ``log(mu_a / mu_l)``, where
+    ``u_a < u_l``. Past ``z*`` the take-over at every depth holds for the major. Compared in
+    logs."""
+    Lp = jnp.maximum(L, 3.0)
+    q = Lp / (Lp - 2)
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    a, lead = jnp.argmax(mu), jnp.argmax(s)
+    log_x = log_mu + (Lp - 2) * s
+    log_r = log_rho + _usam_log_c(log_mu, s, Lp) + log_x
+    log_K = jax.nn.logsumexp(log_mu - q * (log_rho + log_mu))
+    Z = _usam_gap_top(log_K, q)
+    tiny = jnp.finfo(s.dtype).tiny
+    no_fixed = (Z <= 0) | (log_K + q * jax.nn.softplus(Z) > jnp.log(jnp.maximum(Z, tiny)) + 1e-9)
+    z_star, reaches = _usam_z_star(log_mu, Lp, log_rho)
+    m_next = (Lp - 1) ** (Lp - 1) / Lp**Lp  # max_r r (1 - r)^(L-1)
+    ok = (L >= 3) & (lead != a) & jnp.all(log_r <= 0) & _ahead_in_rate(s, mu, Lp) & no_fixed
+    ok = ok & reaches
+    if eta is None:
+        gamma = jnp.zeros((), s.dtype)
+    else:
+        gamma = eta * (1 + jnp.exp(z_star)) / (2 * rho)
+        m_L = (Lp - 2) ** (Lp - 2) / (Lp - 1) ** (Lp - 1)  # max_r r (1 - r)^(L-2)
+        ok = ok & ((Lp - 2) * m_L * gamma <= 1)  # R kept
+        ok = ok & ((Lp - 2) * gamma * ((Lp - 2) / Lp) ** (Lp - 2) < 1)  # order of x kept
+    grow = jnp.log1p(gamma * m_next)
+    K = (Lp - 2) * (1 + gamma * m_next) / (1 - 1 / Lp) ** (Lp - 1)
+    Lam = jnp.maximum((jnp.log(z_star) - log_mu[lead]) / Lp + grow - s[lead], 0.0)
+    delta = jnp.maximum(log_x[a] - log_x[lead], tiny)
+    behind = jnp.log(-jnp.expm1(-delta)) + K * Lam < jnp.log1p(-jnp.exp(log_mu[lead] - log_mu[a]))
+    return ok & behind
+
+
 def _usam_returns(s, mu, L, rho, eta=None):
-    """Where the USAM flow at ``L >= 3`` provably ends led by the major, which, if it leads
-    now, first hands the lead on (docs/theory/regimes.md#usam-returns): the state is in
-    ``R`` (every ``r_j = rho c x_j <= 1``), the major ``a`` has the strictly largest ``x``,
-    no fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`), and a
-    minor leads, or the major leads (``u_a >= u_j``) and its own gap holds: ``h_a(Z_a) <
-    Z_a`` with ``h_a(z) = K_a (1 + e^z)^q``, ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a``
-    the top of ``z - h_a(z)``, and ``z <= Z_a``. ``R`` is never left and every ``u_j``
-    grows in it; with no fixed point ``z`` grows without bound, and while the major leads
-    ``z <= h_a(z)``: the major loses the lead before ``z`` reaches ``Z_a``. Then ``c -> 0``,
-    every ``r_j -> 0`` and the flow blows up in finite time, won by the largest ``x``, the
-    major (docs/theory/regimes.md#blow-up-winner). Flow only (``eta`` given: never).
-    Compared in logs."""
-    if eta is not None:
-        return jnp.zeros((), bool)
+    """Where USAM at ``L >= 3`` provably ends led by the major, which, if it leads now,
+    first hands the lead on (docs/theory/regimes.md#usam-returns): the state is in ``R``
+    (every ``r_j = rho c x_j <= 1``), the major ``a`` has the strictly largest ``x``, no
+    fixed point exists (``h(Z) > Z``, ``h``, ``Z`` as in :func:`_usam_finite`), and a minor
+    leads, or the major leads (``u_a >= u_j``) and its own gap holds: ``h_a(Z_a) < Z_a``
+    with ``h_a(z) = K_a (1 + e^z)^q``, ``K_a = (sum_j mu_j) (rho mu_a)^-q``, ``Z_a`` the top
+    of ``z - h_a(z)``, and ``z <= Z_a``. Flow: ``R`` is never left and every ``u_j`` grows in
+    it; with no fixed point ``z`` grows without bound, and while the major leads ``z <=
+    h_a(z)``: the major loses the lead before ``z`` reaches ``Z_a``. Then ``c -> 0``, every
+    ``r_j -> 0`` and the flow blows up in finite time, won by the largest ``x``, the major
+    (docs/theory/regimes.md#blow-up-winner). Discrete step (``eta`` given,
+    docs/theory/regimes.md#usam-step-returns): also, with ``gamma = eta (1 + e^z_end) / (2
+    rho)`` (a bound of ``h / (rho c)`` while ``z <= z_end``), ``(L - 2) m_L gamma <= 1``
+    (``R`` kept, as in :func:`_usam_finite`), ``(L - 2) gamma ((L - 2)/L)^(L-2) < 1`` (the
+    order of ``x`` kept) and, the major leading, ``z_lo (1 + gamma m_L')^L <= Z_a`` (no
+    step jumps the gap, ``z_lo >=`` the left root of ``h_a(z) = z``, by bisection); ``z_end
+    = max(z*, Z_a)`` (``z*`` alone where a minor leads), ``z* >= y*`` where ``2 L rho
+    mu_max^(2/L) z^p sigmoid(-z) = 1`` (``p = 1 - 2/L``, ``y*`` the top of ``z^p
+    sigmoid(-z)``): past ``z*`` every ``L r_j <= 1/2`` in any state (``mu_j u_j^L <= z``),
+    the take-over at every depth holds for the major (docs/theory/regimes.md#takeover-at-
+    every-depth), and ``z`` gets there (no fixed point). Compared in logs."""
     tiny = jnp.finfo(s.dtype).tiny
     Lp = jnp.maximum(L, 3.0)  # q is finite at L >= 3 only (L = 2 masked by the caller)
     q = Lp / (Lp - 2)
@@ -737,7 +816,26 @@ def _usam_returns(s, mu, L, rho, eta=None):
     log_z = jax.nn.logsumexp(log_mu + Lp * s)
     leads = jnp.all(s <= s[a])
     handed_on = ~leads | (gap & (log_z <= log_Za))  # a minor leads now, or will
-    return (L >= 3) & jnp.all(log_r <= 0) & _ahead_in_rate(s, mu, Lp) & no_fixed & handed_on
+    holds = (L >= 3) & jnp.all(log_r <= 0) & _ahead_in_rate(s, mu, Lp) & no_fixed & handed_on
+    if eta is None:
+        return holds
+    z_star, reaches = _usam_z_star(log_mu, Lp, log_rho)
+
+    def halve_gap(_, bracket):  # h_a(lo) > lo, h_a(hi) < hi: the left root lies between
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        above = log_Ka + q * jax.nn.softplus(mid) > jnp.log(jnp.maximum(mid, tiny))
+        return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
+
+    _, z_lo = jax.lax.fori_loop(0, 60, halve_gap, (jnp.zeros_like(Za), Za))
+    z_end = jnp.where(leads, jnp.maximum(z_star, Za), z_star)
+    gamma = eta * (1 + jnp.exp(z_end)) / (2 * rho)
+    m_L = (Lp - 2) ** (Lp - 2) / (Lp - 1) ** (Lp - 1)  # max_r r (1 - r)^(L-2)
+    m_next = (Lp - 1) ** (Lp - 1) / Lp**Lp  # max_r r (1 - r)^(L-1)
+    kept = (Lp - 2) * m_L * gamma <= 1
+    ordered = (Lp - 2) * gamma * ((Lp - 2) / Lp) ** (Lp - 2) < 1
+    no_jump = ~leads | (jnp.log(jnp.maximum(z_lo, tiny)) + Lp * jnp.log1p(gamma * m_next) <= log_Za)
+    return holds & reaches & kept & ordered & no_jump
 
 
 def _l2_step_collapse(mu, rho, eta):
