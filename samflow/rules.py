@@ -290,9 +290,12 @@ def _log_form(
             # a minor one, which stays ahead of the major (a larger x, a smaller mu).
             # At L = 2 (log x = log mu: the major) where the lead's middle certificate holds
             # (docs/theory/regimes.md#middle-at-depth-two).
-            # A minor that leads already, certified by the lead certificate, stays LEADS.
+            # A minor that leads already, certified by the lead certificate, stays LEADS
+            # (GD's step certifies the largest rate whether it leads or not: a minor that
+            # does not lead yet still takes over).
             top = jnp.argmax(_log_x(s, mu, L)) + 1
-            kept = certified & (winner == top) & (top != _major(mu))
+            leads_now = s[top - 1] >= jnp.max(s)
+            kept = certified & (winner == top) & (top != _major(mu)) & leads_now
             taking = (depth >= 2) & overtakes & (code != _fate.COLLAPSE) & ~kept
             code = jnp.where(taking, _fate.TAKES_OVER, code)
             winner = jnp.where(taking, top, winner)
