@@ -17,13 +17,17 @@ from samflow.rules import USAM
 
 
 def _certify(s, mu, depth, rho, eta=None):
-    """USAM's certificate over states s [n, d], mu [n, d] (one program)."""
+    """USAM's certificate over states s [n, d], mu [n, d] (one program), in float64 as
+    the engine evaluates it (samflow.precision: a scoped x64 context)."""
 
-    def one(s_, mu_):
-        return USAM.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
+    with jax.enable_x64(True):
+        step = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
 
-    code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
-    return np.asarray(code), np.asarray(winner)
+        def one(s_, mu_):
+            return USAM.balanced.fate(s_, mu_, depth, jnp.asarray(rho), step)
+
+        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
+        return np.asarray(code), np.asarray(winner)
 
 
 def _c(u, mu, L):
