@@ -770,11 +770,19 @@ def integrate(
     save_scaled = save_tau * f.speed
     beta0, dbeta0 = jax.jvp(f.beta_of, (y0,), (field(save_tau[0], y0, args),))
 
-    def certified_collapse(y):
-        """Whether the rule's certificate proves that beta tends to 0 from state ``y``."""
-        if f.certify is None:
+    # Each use below takes the certificate of a state computed once (``cert``: the
+    # ``(code, winner)`` of :func:`certificate`) rather than tracing it again: it is most
+    # of the program (700-1,000 equations for l2-SAM and USAM), and was traced three times
+    # at the end of the solve and twice per step of a run to its fate.
+    def certificate(y):
+        """The rule's certificate ``(code, winner)`` of state ``y``, or None without one."""
+        return None if f.certify is None else f.certify(y)
+
+    def certified_collapse(cert):
+        """Whether the certificate ``cert`` of a state proves that beta tends to 0 from it."""
+        if cert is None:
             return jnp.zeros((), bool)
-        return f.certify(y)[0] == fates.COLLAPSE
+        return cert[0] == fates.COLLAPSE
 
     if f.singular:
         low = log_beta_max(y0) - config.singular_log_range
@@ -784,7 +792,7 @@ def integrate(
             config.log_beta_max,
         )
 
-        def edges(y):
+        def edges(y, cert):
             # The lower edge is a collapse only where a certificate proves it
             # (docs/theory/regimes.md#collapse-certificates): a closed form without one goes
             # on (its log state stays finite: a coordinate may yet grow, as USAM's with
@@ -793,22 +801,22 @@ def integrate(
             level = log_beta_max(y)
             lower = level - low
             if f.certify is not None:
-                lower = jnp.where(certified_collapse(y), lower, jnp.inf)
+                lower = jnp.where(certified_collapse(cert), lower, jnp.inf)
             return jnp.minimum(high - level, lower)
 
     else:
         high = config.log_beta_max
 
-        def edges(y):
+        def edges(y, cert):
             return high - log_beta_max(y)
 
-    def fate_of(y, end=False):
+    def fate_of(y, cert, end=False):
         """The certified fate of state ``y`` (OPEN, SETTLED, COLLAPSE, FINITE or RETURN;
         at the run's ``end`` also TAKEOVER) and the certificate's winner (the major without
-        one)."""
-        if f.certify is None:
+        one), from its certificate ``cert`` (:func:`certificate`)."""
+        if cert is None:
             return jnp.asarray(fates.OPEN, jnp.int32), major
-        code, winner = f.certify(y)
+        code, winner = cert
         # TAKES_OVER also says the winner takes the lead: the flow runs on to it (the
         # hand-off is seen, at a finite tau); only the run's end (below) labels by it.
         leading = top(f.log_beta(y)) == winner
@@ -833,23 +841,25 @@ def integrate(
     if config.extend > 1 and f.certify is not None:  # past the horizon, stop where decided
 
         def cond_fn(t, y, args, **kwargs):
-            decided = (t >= save_scaled[-1]) & (fate_of(y)[0] != fates.OPEN)
-            return jnp.where(decided, -1.0, edges(y))
+            cert = certificate(y)
+            decided = (t >= save_scaled[-1]) & (fate_of(y, cert)[0] != fates.OPEN)
+            return jnp.where(decided, -1.0, edges(y, cert))
 
     else:
 
         def cond_fn(t, y, args, **kwargs):
-            return edges(y)
+            return edges(y, certificate(y) if f.singular else None)
 
     sol, lead_start = _solve(
         field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), f.log_beta,
         cond_fn,
     )  # fmt: skip
     ys, y_end, event, failed = _ended(sol)
+    cert_end = certificate(y_end)
     if f.singular:
-        certified_stop = event & (edges(y_end) >= 0)  # the event fired inside the edges
+        certified_stop = event & (edges(y_end, cert_end) >= 0)  # the event fired inside the edges
         shrunk = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
-        collapsed = shrunk & certified_collapse(y_end)
+        collapsed = shrunk & certified_collapse(cert_end)
         edge = jnp.where(shrunk, low, high)
     else:
         certified_stop, shrunk, edge = jnp.zeros((), bool), jnp.zeros((), bool), high
@@ -875,7 +885,7 @@ def integrate(
         at_blowup = jnp.where(
             racing, jnp.where(blowup_winner > 0, fates.TAKEOVER, fates.OPEN), at_blowup
         )
-    end_fate, end_winner = fate_of(y_end, end=True)
+    end_fate, end_winner = fate_of(y_end, cert_end, end=True)
     # Any other blow-up is decided only by a certificate at the stop (linf-SAM's first
     # blow-up): the leader at the guard need not win the race beyond it
     # (docs/theory/regimes.md#labels-of-the-limit).
