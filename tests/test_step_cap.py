@@ -60,6 +60,31 @@ def test_every_step_path_catches_short_leads():
     assert int(ds["regime"]) == RETURNED
 
 
+def test_step_cap_decides_what_the_steps_leave_open():
+    """l2-SAM, L = 2, rho 3: coordinate 2 leads and every u_j is below rho / sqrt(2) at
+    step 100, where no certificate holds (unresolved); with a cap of 10,000 the run goes
+    on, unrecorded, until u_2 passes rho / sqrt(2) with the major behind coordinate 3,
+    where the middle certificate (docs/theory/regimes.md#middle-at-depth-two) makes it
+    sequential, limit the major. A NumPy float64 run of the map to 10,000 steps: the same
+    path [2], and by its end the certificate's conditions hold (u_2 > rho / sqrt(2),
+    u_4 < u_3); the major's later lead rests on the proof (test_middle), not on this run."""
+    problem = dict(mu=[1.0, 2.0, 3.0, 4.0], alpha=1.6714740848610046, rho=3.0)
+    eta = 0.05
+    short = samflow.trajectory(
+        "sam-l2", depth=2, **problem, runner=samflow.Discrete(eta=eta, steps=100)
+    )
+    assert int(short["regime"]) == UNRESOLVED
+    runner = samflow.Discrete(eta=eta, steps=100, step_cap=10_000)
+    capped = samflow.trajectory("sam-l2", depth=2, **problem, runner=runner)
+    assert int(capped["regime"]) == SEQUENTIAL and int(capped["limit_coord"]) == 4
+    leaders, at, u = numpy_map("l2", problem["mu"], problem["alpha"], problem["rho"], eta, 10_000)
+    assert path_of(capped) == path_of(short) == (leaders, at) == ([2], [1])
+    assert u[1] > problem["rho"] / np.sqrt(2) and u[3] < u[2]
+    _, _, u100 = numpy_map("l2", problem["mu"], problem["alpha"], problem["rho"], eta, 100)
+    assert np.all(u100 < problem["rho"] / np.sqrt(2))
+    assert int(capped["step"].values[-1]) == 100  # the records end at step 100
+
+
 def test_step_cap_keeps_what_the_middle_certificate_decides():
     """l2-SAM, L = 2: at step 100 coordinate 3 leads outside the region; the middle
     certificate (docs/theory/regimes.md#middle-at-depth-two: u above rho / sqrt(2), the
