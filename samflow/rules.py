@@ -681,13 +681,7 @@ def _usam_finite(s, mu, L, rho, eta=None):
     if eta is None:
         return holds
 
-    def halve(_, bracket):  # h(lo) > lo, h(hi) < hi: the left root lies between
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        above = log_K + q * jax.nn.softplus(mid) > jnp.log(jnp.maximum(mid, tiny))
-        return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
-
-    _, hi = jax.lax.fori_loop(0, 60, halve, (jnp.zeros_like(Z), Z))
+    hi = _usam_left_root(log_K, q, Z)
     gamma = eta * (1 + jnp.exp(Z)) / (2 * rho)
     m_L = (Lp - 2) ** (Lp - 2) / (Lp - 1) ** (Lp - 1)  # max_r r (1 - r)^(L-2)
     m_next = (Lp - 1) ** (Lp - 1) / Lp**Lp  # max_r r (1 - r)^(L-1)
@@ -709,6 +703,21 @@ def _usam_gap_top(log_K, q):
         return l - G / (1 + (q - 1) * jax.nn.sigmoid(l))
 
     return jax.lax.fori_loop(0, 60, newton, -(log_K + jnp.log(q)))
+
+
+def _usam_left_root(log_K, q, Z):
+    """The upper end of a bracket, 60 halvings of ``[0, Z]`` narrow, of the left root of
+    ``h(z) = K (1 + e^z)^q = z`` below the gap's ``Z`` (where ``h(0) > 0`` and
+    ``h(Z) < Z``): ``h(lo) > lo`` and ``h(hi) < hi`` hold at every halving."""
+    tiny = jnp.finfo(Z.dtype).tiny
+
+    def halve(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        above = log_K + q * jax.nn.softplus(mid) > jnp.log(jnp.maximum(mid, tiny))
+        return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
+
+    return jax.lax.fori_loop(0, 60, halve, (jnp.zeros_like(Z), Z))[1]
 
 
 def _usam_z_star(log_mu, Lp, log_rho):
@@ -823,14 +832,7 @@ def _usam_returns(s, mu, L, rho, eta=None):
     if eta is None:
         return holds
     z_star, reaches = _usam_z_star(log_mu, Lp, log_rho)
-
-    def halve_gap(_, bracket):  # h_a(lo) > lo, h_a(hi) < hi: the left root lies between
-        lo, hi = bracket
-        mid = 0.5 * (lo + hi)
-        above = log_Ka + q * jax.nn.softplus(mid) > jnp.log(jnp.maximum(mid, tiny))
-        return jnp.where(above, mid, lo), jnp.where(above, hi, mid)
-
-    _, z_lo = jax.lax.fori_loop(0, 60, halve_gap, (jnp.zeros_like(Za), Za))
+    z_lo = _usam_left_root(log_Ka, q, Za)
     z_end = jnp.where(leads, jnp.maximum(z_star, Za), z_star)
     gamma = eta * (1 + jnp.exp(z_end)) / (2 * rho)
     m_L = (Lp - 2) ** (Lp - 2) / (Lp - 1) ** (Lp - 1)  # max_r r (1 - r)^(L-2)
