@@ -109,6 +109,24 @@ def solve_flow(
     )
 
 
+def certify(rule, s, mu, depth, rho, eta=None):
+    """``rule``'s certificate (``BalancedFlow.fate``) over a batch of states ``s`` ``[n, d]``
+    (one program), in float64 as the engine evaluates it (samflow.precision: a scoped x64
+    context): ``mu`` ``[n, d]`` or one ``[d]`` for all, ``rho`` a number or ``[n]``, ``eta``
+    None (the flow's) or a step size. Returns NumPy ``(code, winner)``, each ``[n]``."""
+    with jax.enable_x64(True):
+        s = jnp.asarray(s, dtype=jnp.float64)
+        mu = jnp.broadcast_to(jnp.asarray(mu, dtype=jnp.float64), s.shape)
+        rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), s.shape[:1])
+        eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
+
+        def one(s_, mu_, rho_):
+            return rule.balanced.fate(s_, mu_, depth, rho_, eta)
+
+        code, winner = jax.jit(jax.vmap(one))(s, mu, rho)
+        return np.asarray(code), np.asarray(winner)
+
+
 def write_mnist_test_split(folder: Path, images: np.ndarray, labels: np.ndarray) -> Path:
     """``folder`` holding ``images`` ``[n, h, w]`` and ``labels`` ``[n]`` (uint8) as the gzipped
     IDX files of MNIST's test split, the only split on the shared machines."""

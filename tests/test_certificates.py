@@ -5,8 +5,6 @@ balanced step map (a NumPy loop) from that state never hand the lead on, and the
 certificate fires on a good share of the sampled states (so the tests can fail).
 """
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -15,23 +13,10 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import UNRESOLVED
 from samflow.rules import GD, SAM_L2, USAM
+from tests.runs import certify
 
 MU = [1.0, 2.0, 3.0, 4.0]
 METHODS = {"gd": GD, "sam-l2": SAM_L2, "usam": USAM}
-
-
-def _certify(rule, s, mu, depth, rho, eta=None):
-    """The rule's certificate over a batch of states s [n, d] (one program), in float64
-    as the engine evaluates it (samflow.precision: a scoped x64 context)."""
-
-    with jax.enable_x64(True):
-        eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
-
-        def one(s_, mu_):
-            return rule.balanced.fate(s_, mu_, depth, jnp.asarray(rho), eta)
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
-        return np.asarray(code), np.asarray(winner)
 
 
 def _c(method, u, mu, L):
@@ -107,7 +92,7 @@ def test_a_certified_flow_never_hands_the_lead_on(method, depth):
     rng = np.random.default_rng(depth * 7 + len(method))
     rho = 0.7
     mu, s = _states(rng, 24, depth, rho, method)
-    code, winner = _certify(METHODS[method], s, mu, depth, rho)
+    code, winner = certify(METHODS[method], s, mu, depth, rho)
     # TAKES_OVER (tests below) also says the winner, once it leads, leads for ever.
     fired = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
     assert len(fired) >= 6, f"only {len(fired)} of 24 sampled states certified"
@@ -137,7 +122,7 @@ def test_a_certified_step_map_never_hands_the_lead_on(method, depth):
     s = np.log(u0)
     total = 0
     for eta in (0.01, 0.3, 2.0):
-        code, winner = _certify(METHODS[method], s, mu, depth, rho, eta)
+        code, winner = certify(METHODS[method], s, mu, depth, rho, eta)
         # L = 2's region says more (TAKES_OVER, tests/test_takeover.py): the lead holds too.
         fired = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
         total += len(fired)
@@ -157,7 +142,7 @@ def test_the_l2_bound_is_needed():
     hands the lead to a minor coordinate."""
     L, rho, mu = 3, 1.0, np.asarray(MU)
     s = np.log(np.array([0.3, 0.3, 0.3, 0.31]))
-    code, _ = _certify(SAM_L2, s[None], mu[None], L, rho)
+    code, _ = certify(SAM_L2, s[None], mu[None], L, rho)
     assert code[0] in (fates.OPEN, fates.WINS_LATER)
     leads, _ = _flow_leaders("sam-l2", mu, s, L, rho, 50.0)
     assert leads[0] == 4 and np.any(leads != 4)
@@ -266,7 +251,7 @@ def test_a_take_over_flow_hands_the_lead_to_the_major(method, depth):
     below = method == "below"
     mu, s, a = _minor_ahead(rng, 48 if below else 24, depth, rho, method)
     method = "sam-l2" if below else method
-    code, winner = _certify(METHODS[method], s, mu, depth, rho)
+    code, winner = certify(METHODS[method], s, mu, depth, rho)
     # At odd L a leader past sqrt(L) rho with the major below it is a take-over by the
     # escape past the fixed point (its own proof, tested in tests/test_escape.py): not here.
     kept = np.array([_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))])
@@ -317,7 +302,7 @@ def test_a_take_over_step_map_hands_the_lead_to_the_major(method, depth):
     method = "sam-l2" if method == "below" else method
     seen = 0
     for eta in (0.05, 0.5, 2.0):
-        code, winner = _certify(METHODS[method], s, mu, depth, rho, eta)
+        code, winner = certify(METHODS[method], s, mu, depth, rho, eta)
         fired = np.nonzero(code == fates.TAKES_OVER)[0]
         assert len(fired) >= 6, (eta, len(fired))
         assert np.all(winner[fired] == a[fired] + 1)
@@ -433,7 +418,7 @@ def test_a_discrete_collapse_at_even_depth_stays_in_its_ball(depth):
         rho0 = rho * mu.min(axis=1) / np.sqrt(depth * np.sum(mu * mu, axis=1))
         u0 = rho0[:, None] * np.exp(rng.uniform(-2.0, 0.0, size=(n, 4)))
         u0 *= rng.choice([-1.0, 1.0], size=(n, 4))
-        code, _ = _certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, eta)
+        code, _ = certify(SAM_L2, np.log(np.abs(u0)), mu, depth, rho, eta)
         fired = np.nonzero(code == fates.COLLAPSE)[0]
         fired_total += len(fired)
         m_, u = mu[fired], u0[fired].copy()
@@ -508,7 +493,7 @@ def test_gd_step_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
     s = np.log(u)
     total = 0
     for eta in (0.05, 0.5, 2.0):
-        code, winner = _certify(GD, s, mu, depth, 0.0, eta)
+        code, winner = certify(GD, s, mu, depth, 0.0, eta)
         # (TAKES_OVER: its take-over too, docs/theory/regimes.md#takeover-at-every-depth)
         lead = (code == fates.LEADS) | (code == fates.TAKES_OVER)
         fired = np.nonzero(lead & (winner == k + 1))[0]
@@ -558,14 +543,14 @@ def test_a_flow_with_every_r_above_one_collapses(depth):
             inside.append((mu, u, star, rho0))
         elif r.min() < 1 and u.max() > rho0 and len(outside) < 12:
             outside.append((mu, u))
-    code, _ = _certify(SAM_L2, np.log([u for _, u, _, _ in inside]),
+    code, _ = certify(SAM_L2, np.log([u for _, u, _, _ in inside]),
                        np.array([m for m, _, _, _ in inside]), L, rho)  # fmt: skip
     assert np.all(code == fates.COLLAPSE), code
-    code, _ = _certify(SAM_L2, np.log([u for _, u in outside]),
+    code, _ = certify(SAM_L2, np.log([u for _, u in outside]),
                        np.array([m for m, _ in outside]), L, rho)  # fmt: skip
     assert np.all(code != fates.COLLAPSE), code
     stars = [(m, s) for m, _, s, _ in inside[:4]]
-    code, _ = _certify(
+    code, _ = certify(
         SAM_L2, np.log([s for _, s in stars]), np.array([m for m, _ in stars]), L, rho
     )
     assert np.all(code != fates.COLLAPSE), (code, stars)  # u* is a fixed point: no collapse there
@@ -615,7 +600,7 @@ def test_l2_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
     above = u[rows, k] >= np.sqrt(depth) * rho
     assert above.sum() >= n // 2
     for eta in (None, 0.01, 0.3, 2.0):
-        code, winner = _certify(SAM_L2, s, mu, depth, rho, None if eta is None else eta)
+        code, winner = certify(SAM_L2, s, mu, depth, rho, None if eta is None else eta)
         fired = np.nonzero((code == fates.LEADS) & (winner == k + 1))[0]
         assert set(np.nonzero(above)[0]) <= set(fired), eta  # above the bound: always
         if eta is None:
@@ -646,7 +631,7 @@ def test_l2_a_leader_racing_to_the_bound_leads_for_ever(depth):
     s = np.log(u)
     total = 0
     for eta in (None, 0.01, 0.3):
-        code, winner = _certify(SAM_L2, s, mu, depth, rho, eta)
+        code, winner = certify(SAM_L2, s, mu, depth, rho, eta)
         fired = np.nonzero((code == fates.LEADS) & (winner == w + 1))[0]
         total += len(fired)
         if eta is None:

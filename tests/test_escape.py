@@ -6,8 +6,6 @@ step, and the engine's labels against a NumPy run 50 times longer."""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -16,20 +14,7 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import RETURNED
 from samflow.rules import SAM_L2
-
-
-def _certify(s, mu, depth, rho, eta=None):
-    """l2-SAM's certificate over states s [n, d] (rho a number or [n]), in float64 as the
-    engine evaluates it."""
-    with jax.enable_x64(True):
-        eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
-        rho = jnp.broadcast_to(jnp.asarray(rho, dtype=jnp.float64), (len(s),))
-
-        def one(s_, mu_, rho_):
-            return SAM_L2.balanced.fate(s_, mu_, depth, rho_, eta)
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu), rho)
-        return np.asarray(code), np.asarray(winner)
+from tests.runs import certify
 
 
 def _step(u, mu, L, rho, eta):
@@ -101,7 +86,7 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
     limit = 1.0 / ((L - 2) * x_bar * ((L - 2) / L) ** (L - 2))
     fired_total = 0
     for eta in (0.05, 0.9 * limit):
-        code, winner = _certify(s, mu, depth, rho, eta)
+        code, winner = certify(SAM_L2, s, mu, depth, rho, eta)
         # TAKES_OVER where the leader is past the bound (tested below)
         fired = np.isin(code, [fates.WINS_LATER, fates.TAKES_OVER]) & (winner == a + 1)
         fired = np.nonzero(fired)[0]
@@ -115,12 +100,12 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
         assert passed.sum() >= 0.75 * len(fired), (eta, passed.sum(), len(fired))
         # There the take-over of every depth holds (the major ahead in rate, u_a past the
         # bound; tested in tests/test_certificates.py): the rule says so.
-        code, winner = _certify(np.log(last[passed]), mu[fired][passed], depth, rho, eta)
+        code, winner = certify(SAM_L2, np.log(last[passed]), mu[fired][passed], depth, rho, eta)
         assert np.all(np.isin(code, [fates.TAKES_OVER, fates.LEADS])), eta
         assert np.all(winner == major[passed] + 1), eta
     assert fired_total >= n // 2, fired_total
     # The flow (eta None): SciPy DOP853 to the blow-up; its last leader is the major.
-    code, winner = _certify(s, mu, depth, rho, None)
+    code, winner = certify(SAM_L2, s, mu, depth, rho, None)
     for i in np.nonzero(code == fates.WINS_LATER)[0][:3]:
 
         def f(t, y, i=i):
@@ -146,7 +131,7 @@ def test_escape_needs_the_major_ahead_in_rate():
     rng = np.random.default_rng(77)
     n, rho, L, eta = 24, 0.5, 3, 0.05
     mu, u, a, k = _states(rng, n, L, rho, ahead=False)
-    code, winner = _certify(np.log(u), mu, L, rho, eta)
+    code, winner = certify(SAM_L2, np.log(u), mu, L, rho, eta)
     named_major = (code == fates.WINS_LATER) & (winner == a + 1)
     leads, _, last = _map(mu, u, L, rho, eta, 20_000)
     x = mu * last ** (L - 2)
@@ -208,7 +193,7 @@ def test_escape_with_the_leader_past_the_bound_is_a_take_over():
     u = bound * rng.uniform(0.1, 0.5, size=(n, 4))
     u[rows, a] = bound * rng.uniform(0.8, 0.95, size=n)
     u[rows, k] = bound * rng.uniform(1.05, 1.5, size=n)
-    code, winner = _certify(np.log(u), mu, L, rho, eta)
+    code, winner = certify(SAM_L2, np.log(u), mu, L, rho, eta)
     assert np.all(code == fates.TAKES_OVER) and np.all(winner == a + 1)
     uu, seen = u.copy(), 0
     first = np.full(n, -1)
@@ -245,5 +230,5 @@ def test_escape_below_the_bound_is_no_take_over():
     ahead = np.argmax(mu * u, axis=1) == a
     cases = np.nonzero(lost & (np.argmax(u, axis=1) != a) & ahead)[0]
     assert len(cases) >= 3, len(cases)
-    code, _ = _certify(np.log(u[cases]), mu[cases], L, rho[cases, 0], eta)
+    code, _ = certify(SAM_L2, np.log(u[cases]), mu[cases], L, rho[cases, 0], eta)
     assert np.all(code != fates.TAKES_OVER), cases[code == fates.TAKES_OVER]

@@ -6,8 +6,6 @@ against a NumPy float64 loop of the balanced step map written here, read every s
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -15,18 +13,13 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import MAJOR_LOST, MINOR_END
 from samflow.rules import SAM_L2
+from tests.runs import certify
 
 
 def _certify(u, mu, L, rho, eta):
-    """l2-SAM's certificate over states u [n, d], mu [n, d], in float64 as the engine
-    evaluates it."""
-    with jax.enable_x64(True):
-
-        def one(s_, mu_):
-            return SAM_L2.balanced.fate(s_, mu_, L, jnp.float64(rho), jnp.float64(eta))
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.log(jnp.asarray(u)), jnp.asarray(mu))
-        return np.asarray(code), np.asarray(winner)
+    """l2-SAM's certificate over states u [n, d] (in logs), mu [n, d], in float64 as the
+    engine evaluates it."""
+    return certify(SAM_L2, np.log(u), mu, L, rho, eta)
 
 
 def _leaders(u, mu, L, rho, eta, steps):

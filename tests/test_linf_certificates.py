@@ -8,8 +8,6 @@ labels in the map run 50 times longer.
 
 import itertools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,23 +15,9 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import NAMES
 from samflow.rules import SAM_LINF
+from tests.runs import certify
 
 ETAS = (0.01, 0.3, 2.0)
-
-
-def _certify(u, mu, depth, rho, eta):
-    """linf-SAM's discrete certificate over states u [n, d] (signed; one program); eta
-    None: the flow's. In float64, as the engine evaluates it (samflow.precision: a scoped
-    x64 context)."""
-
-    with jax.enable_x64(True):
-        step = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
-
-        def one(u_, mu_):
-            return SAM_LINF.balanced.fate(u_, mu_, depth, jnp.asarray(rho), step)
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(u), jnp.asarray(mu))
-        return np.asarray(code), np.asarray(winner)
 
 
 def _step(u, mu, L, rho, eta):
@@ -130,7 +114,7 @@ def test_a_certified_lead_holds_in_the_map(depth):
     mu, u0 = _states(rng, n, depth, rho)
     fired, took = 0, 0
     for eta in ETAS:
-        code, winner = _certify(u0, mu, depth, rho, eta)
+        code, winner = certify(SAM_LINF, u0, mu, depth, rho, eta)
         pick = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
         fired += len(pick)
         path = _run(u0[pick], mu[pick], depth, rho, eta, 3000)
@@ -167,7 +151,7 @@ def test_a_certified_discrete_collapse_falls_into_its_ball(depth):
     mu, u0 = _states(rng, n, depth, rho)
     fired = arrived = 0
     for eta in ETAS:
-        code, _ = _certify(u0, mu, depth, rho, eta)
+        code, _ = certify(SAM_LINF, u0, mu, depth, rho, eta)
         pick = np.nonzero(code == fates.COLLAPSE)[0]
         fired += len(pick)
         path = np.abs(_run(u0[pick], mu[pick], depth, rho, eta, 6000))
@@ -189,7 +173,7 @@ def test_a_certified_finite_limit_creeps_up_to_rho():
     mu, u0 = _states(rng, n, 3, rho)
     fired = 0
     for eta in ETAS:
-        code, _ = _certify(u0, mu, 3, rho, eta)
+        code, _ = certify(SAM_LINF, u0, mu, 3, rho, eta)
         pick = np.nonzero(code == fates.FINITE)[0]
         fired += len(pick)
         u, m_, tau = u0[pick].copy(), mu[pick], np.zeros((len(pick), 1))
@@ -222,12 +206,12 @@ def test_the_step_size_conditions_are_needed(depth):
     rho, mu, eta = NEEDED[depth]
     mu = np.array([mu])
     u0 = rho * np.array([[0.05, 0.3, 0.2, 0.01]])
-    code, _ = _certify(u0, mu, depth, rho, eta)
+    code, _ = certify(SAM_LINF, u0, mu, depth, rho, eta)
     assert code[0] == fates.OPEN
     size = np.abs(_run(u0, mu, depth, rho, eta, 2000)[:, 0])
     assert size[-1].max() > 1.2 * rho, size[-1]
     small = eta / 20
-    code_small, _ = _certify(u0, mu, depth, rho, small)  # kept: certified, and it holds
+    code_small, _ = certify(SAM_LINF, u0, mu, depth, rho, small)  # kept: certified, and it holds
     assert code_small[0] == (fates.FINITE if depth % 2 else fates.COLLAPSE)
     assert np.abs(_run(u0, mu, depth, rho, small, 2000)).max() <= rho
 
@@ -347,7 +331,7 @@ def test_linf_flows_first_blow_up_wins(depth):
     # and 40 with every coordinate above rho, excesses within a factor 20: races
     mu = np.concatenate([mu, rng.uniform(0.3, 4.0, size=(40, 4))])
     u = np.concatenate([u, rho * (1 + rng.uniform(0.05, 1.0, size=(40, 4)))])
-    code, winner = _certify(u, mu, depth, rho, None)
+    code, winner = certify(SAM_LINF, u, mu, depth, rho, None)
     assert np.all(code == fates.TAKES_OVER)
     changes = 0
     for k in range(len(u)):
@@ -363,11 +347,11 @@ def test_linf_flows_first_blow_up_wins(depth):
     p = depth - 2
     tied = np.array([[0.9, 0.5 + (0.4**-p * 1.5 * (1 + 1e-5)) ** (-1 / p), 0.3, 0.2]])
     tie_mu = np.array([[2.0, 3.0, 1.0, 4.0]])
-    code, _ = _certify(tied, tie_mu, depth, rho, None)
+    code, _ = certify(SAM_LINF, tied, tie_mu, depth, rho, None)
     assert code[0] == fates.OPEN
     apart = tied.copy()  # 1e-3 apart: decided, coordinate 1 (1-based) first
     apart[0, 1] = 0.5 + (0.4**-p * 1.5 * (1 + 1e-3)) ** (-1 / p)
-    code, winner = _certify(apart, tie_mu, depth, rho, None)
+    code, winner = certify(SAM_LINF, apart, tie_mu, depth, rho, None)
     assert code[0] == fates.TAKES_OVER and winner[0] == 1
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import itertools
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -18,19 +16,13 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import SEQUENTIAL, UNRESOLVED
 from samflow.rules import SAM_L2
+from tests.runs import certify
 
 
 def _certify(u, mu, rho, eta=None):
-    """l2-SAM's certificate at L = 2 over states u [n, d] (mu [d], rho [n]), in float64 as
-    the engine evaluates it."""
-    with jax.enable_x64(True):
-        eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
-
-        def one(s_, rho_):
-            return SAM_L2.balanced.fate(s_, jnp.asarray(mu, jnp.float64), 2, rho_, eta)
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.log(jnp.asarray(u)), jnp.asarray(rho))
-        return np.asarray(code), np.asarray(winner)
+    """l2-SAM's certificate at L = 2 over states u [n, d] (in logs; mu [d], rho [n]), in
+    float64 as the engine evaluates it."""
+    return certify(SAM_L2, np.log(u), mu, 2, rho, eta)
 
 
 def _map(u, mu, rho, eta, steps):

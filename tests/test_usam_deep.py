@@ -14,20 +14,7 @@ from scipy.optimize import brentq
 import samflow
 from samflow import fate as fates
 from samflow.rules import USAM
-
-
-def _certify(s, mu, depth, rho, eta=None):
-    """USAM's certificate over states s [n, d], mu [n, d] (one program), in float64 as
-    the engine evaluates it (samflow.precision: a scoped x64 context)."""
-
-    with jax.enable_x64(True):
-        step = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
-
-        def one(s_, mu_):
-            return USAM.balanced.fate(s_, mu_, depth, jnp.asarray(rho), step)
-
-        code, winner = jax.jit(jax.vmap(one))(jnp.asarray(s), jnp.asarray(mu))
-        return np.asarray(code), np.asarray(winner)
+from tests.runs import certify
 
 
 def _c(u, mu, L):
@@ -107,7 +94,7 @@ def test_a_minor_with_the_largest_rate_keeps_the_lead(depth):
     rho = 0.7
     mu, s = _minor_leading(rng, 24, depth)
     lead = np.argmax(s, axis=1) + 1
-    code, winner = _certify(s, mu, depth, rho)
+    code, winner = certify(USAM, s, mu, depth, rho)
     fired = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
     assert len(fired) >= 8, f"only {len(fired)} of 24 sampled states certified"
     assert np.array_equal(winner[fired], lead[fired])
@@ -115,7 +102,7 @@ def test_a_minor_with_the_largest_rate_keeps_the_lead(depth):
         _, path = _flow(mu[k], s[k], depth, rho, 50.0)
         assert np.all(np.argmax(path, axis=0) + 1 == winner[k]), k
     for eta in (0.01, 0.3, 2.0):
-        code, winner = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        code, winner = certify(USAM, s, mu, depth, rho, jnp.asarray(eta))
         fired = np.nonzero((code == fates.LEADS) | (code == fates.TAKES_OVER))[0]
         assert len(fired) >= 8, (eta, len(fired))
         u = np.exp(s[fired])
@@ -145,7 +132,7 @@ def test_a_wide_lead_flow_and_step_keep_the_major_ahead(depth):
     grid = y[:, None] * np.geomspace(1.0, 1e6, 4001)[None] + 1e-300
     phi = mu[np.arange(32), a][:, None] ** (2 / L) * grid**p / (1 + np.exp(np.minimum(grid, 700)))
     beyond = L * rho * np.max(phi, axis=1) > 1  # (bound) fails; (fall) fails at small u
-    code, winner = _certify(s, mu, depth, rho)
+    code, winner = certify(USAM, s, mu, depth, rho)
     fired = np.nonzero((code == fates.LEADS) & beyond)[0]
     assert len(fired) >= 6, f"only {len(fired)} of 32 sampled states certified beyond (bound)"
     assert np.all(winner[fired] == a[fired] + 1)
@@ -156,7 +143,7 @@ def test_a_wide_lead_flow_and_step_keep_the_major_ahead(depth):
         led = path[a[k]] >= top  # ties at a uniform start: the major is among the top
         assert np.all(led | (leads == winner[k])), k
     for eta in (0.01, 0.3, 2.0):
-        code, winner = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        code, winner = certify(USAM, s, mu, depth, rho, jnp.asarray(eta))
         fired = np.nonzero((code == fates.LEADS) & beyond)[0]
         if eta == 0.01:
             assert len(fired) >= 2, len(fired)
@@ -193,7 +180,7 @@ def test_a_certified_finite_flow_converges_to_the_fixed_point(depth):
     rng = np.random.default_rng(50 + depth)
     rho = 4.0 if depth == 3 else 12.0
     mu, s = _finite_states(rng, 12, depth, rho)
-    code, _ = _certify(s, mu, depth, rho)
+    code, _ = certify(USAM, s, mu, depth, rho)
     fired = np.nonzero(code == fates.FINITE)[0]
     assert len(fired) >= 8, f"only {len(fired)} of 12 sampled states certified"
     for k in fired:
@@ -209,7 +196,7 @@ def test_a_certified_finite_flow_converges_to_the_fixed_point(depth):
         assert np.all(u[:, -1] >= 0.95 * star), (k, u[:, -1] / star)
     # No fixed point (rho small): never FINITE.
     low = np.array([_fixed_point(m, depth, 0.3) is None for m in mu])
-    code, _ = _certify(s, mu, depth, 0.3)
+    code, _ = certify(USAM, s, mu, depth, 0.3)
     assert np.all(low) and not np.any(code == fates.FINITE)
 
 
@@ -224,7 +211,7 @@ def test_a_certified_finite_step_map_converges_to_the_fixed_point(depth):
     mu, s = _finite_states(rng, 12, depth, rho)
     star = np.array([_fixed_point(m, depth, rho) for m in mu])
     for eta in (0.5, 2.0):
-        code, _ = _certify(s, mu, depth, rho, jnp.asarray(eta))
+        code, _ = certify(USAM, s, mu, depth, rho, jnp.asarray(eta))
         fired = np.nonzero(code == fates.FINITE)[0]
         assert len(fired) >= 8, (eta, len(fired))
         u, m_ = np.exp(s[fired]), mu[fired]
@@ -298,7 +285,7 @@ def test_a_returning_major_hands_the_lead_on_and_wins_it_back(depth, rho, leader
     here at L = 4). From a minor leading (no gap asked): the major wins the lead."""
     rng = np.random.default_rng(depth)
     mu, u = _returning_states(rng, 200, depth, rho, leader)
-    code, winner = _certify(np.log(u), mu, depth, rho)
+    code, winner = certify(USAM, np.log(u), mu, depth, rho)
     picked = np.nonzero(code == fates.RETURNS)[0]
     assert len(picked) >= 20 and np.all(winner[picked] == 4)
     returned = 0
@@ -413,7 +400,7 @@ def test_a_returning_step_map_keeps_its_region_and_hands_the_lead_on(depth, rho,
     the map's tau growing like the log of the steps)."""
     rng = np.random.default_rng(depth)
     mu, u = _returning_states(rng, 200, depth, rho, leader)
-    code, winner = _certify(np.log(u), mu, depth, rho, jnp.asarray(eta))
+    code, winner = certify(USAM, np.log(u), mu, depth, rho, jnp.asarray(eta))
     picked = np.nonzero(code == fates.RETURNS)[0]
     assert len(picked) >= 20 and np.all(winner[picked] == 4)
     leads, passed, _ = _run_step_map(mu[picked[:8]], u[picked[:8]], depth, rho, eta, 20_000)
@@ -432,8 +419,8 @@ def test_a_returning_step_map_needs_its_step_conditions(depth):
     rho, eta = 2.3, 10.0
     rng = np.random.default_rng(depth)
     mu, u = _returning_states(rng, 200, depth, rho, "minor")
-    flow_code, _ = _certify(np.log(u), mu, depth, rho)
-    code, _ = _certify(np.log(u), mu, depth, rho, jnp.asarray(eta))
+    flow_code, _ = certify(USAM, np.log(u), mu, depth, rho)
+    code, _ = certify(USAM, np.log(u), mu, depth, rho, jnp.asarray(eta))
     picked = np.nonzero(code == fates.RETURNS)[0]
     if len(picked):
         _run_step_map(mu[picked], u[picked], depth, rho, eta, 2_000)
@@ -491,7 +478,7 @@ def test_a_minor_with_the_largest_rate_takes_over(depth):
     w = np.argmax(np.log(mu) + (depth - 2) * s, axis=1)
     major = np.argmax(mu, axis=1)
     for eta in (None, 0.05, 0.3):
-        code, winner = _certify(s, mu, depth, rho, None if eta is None else jnp.asarray(eta))
+        code, winner = certify(USAM, s, mu, depth, rho, None if eta is None else jnp.asarray(eta))
         fired = np.nonzero(code == fates.TAKES_OVER)[0]
         assert len(fired) >= 8, (eta, len(fired))
         assert np.array_equal(winner[fired], w[fired] + 1)
@@ -554,7 +541,7 @@ def test_a_late_first_lead_of_the_major_comes_past_z_star(depth):
         s0, mu0 = jnp.asarray(np.log(u)), jnp.asarray(mu)
         flow = np.asarray(jax.jit(jax.vmap(lambda a, b: late(a, b, None)))(s0, mu0))
         step = np.asarray(jax.jit(jax.vmap(lambda a, b: late(a, b, eta)))(s0, mu0))
-        code, winner = _certify(np.log(u), mu, depth, rho, jnp.asarray(eta))
+        code, winner = certify(USAM, np.log(u), mu, depth, rho, jnp.asarray(eta))
     assert np.all(code[step] == fates.TAKES_OVER) and np.all(winner[step] == 4)
     picked = np.nonzero(step)[0]
     assert len(picked) >= 8, len(picked)
