@@ -434,8 +434,9 @@ def _l2_middle(s, mu, rho, eta=None):
     rate is at least ``mu_j (1 - mu_j / P_j)`` now, so (the step's ``sum h`` diverges while
     ``K <= a + b`` bounds every ``u_k``) the region comes within finite time, where the major
     takes over. The major does not lead before it where (A) it is strictly behind ``b``
-    (the second largest mu: ``g_a <= g_b`` outside the region; step: also ``eta mu_a (mu_a /
-    K_lo - 1) <= 1``, so that ``0 <= 1 + h g_a <= 1 + h g_b``), or (B) at any lead of the
+    (the second largest mu: ``g_a <= g_b`` outside the region; step: also ``(eta / 2) mu_a
+    (mu_a / K_lo - 1) <= 1``, so that ``0 <= 1 + h g_a <= 1 + h g_b``, as ``h <= eta / 2``
+    at L = 2, :func:`_h_max`), or (B) at any lead of the
     major the region holds: ``2 (mu_a^2 U^2 + sum_{G - a} mu_j^2 u_j^2) > (rho (a + b))^2``,
     ``U = max_G u_j`` (then ``u_a >= U`` and each ``u_j`` of ``G`` is at least its value
     now). Compared in logs (``s = log |u|``)."""
@@ -450,8 +451,8 @@ def _l2_middle(s, mu, rho, eta=None):
     top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
     log_ab = jnp.log(jnp.sum(top2))
     behind = others[b] & (mu[a] > mu[b]) & (s[a] < s[b])
-    if eta is not None:  # h <= eta: the major's factor stays nonnegative, below b's
-        behind = behind & (eta * mu[a] * (mu[a] * jnp.exp(-log_K_lo) - 1) <= 1)
+    if eta is not None:  # h <= eta / 2: the major's factor stays nonnegative, below b's
+        behind = behind & (_h_max(eta, 2) * mu[a] * (mu[a] * jnp.exp(-log_K_lo) - 1) <= 1)
     log_U = jnp.max(jnp.where(grows, s, -jnp.inf))
     log_rest = jnp.where(grows & others, 2 * (log_mu + s), -jnp.inf)
     log_sum = jax.nn.logsumexp(jnp.append(log_rest, 2 * (log_mu[a] + log_U)))
@@ -843,6 +844,14 @@ def _usam_returns(s, mu, L, rho, eta=None):
     return holds & reaches & kept & ordered & no_jump
 
 
+def _h_max(eta, L):
+    """The largest step ``h = eta sigmoid(-z~)`` the balanced logistic step takes at depth
+    ``L``: ``eta / 2`` at even ``L``, where the margin at the perturbed point, ``z~ =
+    sum_j mu_j w~_j^L``, is never negative (docs/theory/regimes.md#discrete-collapse-at-depth-two);
+    ``eta`` at odd ``L`` (there ``w~_j`` may be negative, and ``z~`` with it)."""
+    return jnp.where(jnp.round(L) % 2 == 0, eta / 2, eta)
+
+
 def _l2_step_collapse(mu, rho, eta):
     """Where the discrete l2-SAM step at L = 2 keeps ``N = ||m||_2 < rho mu_1`` for ever
     (derived here). There every factor ``1 + h mu_j (1 - rho mu_j / N)`` of ``u_j`` is
@@ -850,10 +859,13 @@ def _l2_step_collapse(mu, rho, eta):
     falls. Below it, ``|factor_j| <= 1 + h mu_j + h rho mu_j^2 / N`` and
     ``mu_j |u_j| <= N / sqrt 2`` give ``N' <= (1 + h mu_d) N + h rho mu_d^2 <= B =
     h rho mu_d^2 (1 + (1 + h mu_d) / (2 + h mu_d))``. So with ``B < rho mu_1`` the set
-    ``N < rho mu_1`` is never left and beta stays within ``N^2 / (2 mu_j^2)`` of 0; ``B``
-    grows with ``h <= eta`` (``|l'| <= 1``), so the bound at ``eta`` covers every step."""
+    ``N < rho mu_1`` is never left and beta stays within ``N^2 / (2 mu_j^2)`` of 0. ``B``
+    grows with ``h = eta sigmoid(-z~)``, and at L = 2 the margin at the perturbed point,
+    ``z~ = sum_j mu_j w_j^2``, is never negative, so ``h <= eta / 2``: the bound at
+    ``eta / 2`` covers every step."""
     a, lo = jnp.max(mu), jnp.min(mu)
-    return eta * a * a * (1 + (1 + eta * a) / (2 + eta * a)) < lo
+    h = _h_max(eta, 2)
+    return h * a * a * (1 + (1 + h * a) / (2 + h * a)) < lo
 
 
 def _l2_deep_collapse(s, mu, L, rho, eta=None):
@@ -918,10 +930,11 @@ def _usam_step_collapse(mu, rho, eta):
     """Where the discrete USAM step at L = 2 shrinks every ``|u_j|`` for ever (derived
     here): with ``rho c mu_1 > 1`` each factor ``1 + h mu_j (1 - rho c mu_j)`` is below 1,
     and above -1 when ``h mu_j (rho c mu_j - 1) < 2``; ``c = sigmoid(-z) <= 1/2`` (``z >=
-    0``), so ``eta mu_d (rho mu_d / 2 - 1) < 2`` suffices. Then ``z`` falls, ``c`` rises,
-    the factors stay in (-1, 1) and beta tends to 0."""
+    0``) and ``h = eta sigmoid(-z~) <= eta / 2`` (``z~ = sum_j mu_j w_j^2 >= 0`` at the
+    perturbed point), so ``(eta / 2) mu_d (rho mu_d / 2 - 1) < 2`` suffices. Then ``z``
+    falls, ``c`` rises, the factors stay in (-1, 1) and beta tends to 0."""
     a = jnp.max(mu)
-    return eta * a * (rho * a / 2 - 1) < 2
+    return _h_max(eta, 2) * a * (rho * a / 2 - 1) < 2
 
 
 def _usam_log_c(log_mu, s, L):

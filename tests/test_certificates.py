@@ -646,3 +646,67 @@ def test_l2_a_leader_racing_to_the_bound_leads_for_ever(depth):
             assert passed.sum() >= len(fired) // 2, eta  # most reach the bound in 3,000 steps
             assert np.all(np.argmax(x, axis=1)[passed] == w[fired][passed]), eta
     assert total >= 15, total
+
+
+def _step_factor_bound(h, mu):
+    """l2-SAM's band ``B / rho`` of the discrete collapse at L = 2 (``_l2_step_collapse``)
+    for a step ``h``: ``h mu_d^2 (1 + (1 + h mu_d) / (2 + h mu_d))``."""
+    a = mu.max(axis=-1)
+    return h * a * a * (1 + (1 + h * a) / (2 + h * a))
+
+
+@pytest.mark.parametrize("method", ["sam-l2", "usam"])
+def test_a_discrete_collapse_at_depth_two_needs_half_the_step(method):
+    """The discrete collapse certificates at L = 2 (``_l2_step_collapse``,
+    ``_usam_step_collapse``) bound the step by ``eta / 2``: the logistic loss's
+    ``|l'(z~)| = sigmoid(-z~)`` is at most 1/2 because the margin at the perturbed point,
+    ``z~ = sum_j mu_j w_j^2``, is never negative at L = 2. From random signed states in the
+    shrinking region (``rho c mu_min > 1``) that only the halved step certifies (the
+    bound at ``eta`` itself fails for each), a NumPy float64 loop of the balanced step
+    map, read at every one of 4,000 steps: l2-SAM keeps ``N = ||m||_2 < rho mu_min`` (the
+    set the proof never leaves, inside the flow's collapse region); USAM shrinks every
+    ``|u_j|`` at every step (a relative slack of 1e-12: float64 rounding of ``|u|``), most
+    of them to below 1e-3 of their start (those left have steps ``h ~ eta e^-z~``).
+    Every ``z~`` the loop meets is nonnegative."""
+    rng = np.random.default_rng(61)
+    rule, L = {"sam-l2": SAM_L2, "usam": USAM}[method], 2
+    n, fired, fell = 1000, 0, 0
+    for eta in (0.05, 0.2):
+        mu = rng.uniform(0.3, 4.0, size=(n, 4))
+        lo, a = mu.min(axis=1), mu.max(axis=1)
+        if method == "sam-l2":
+            rho = rng.uniform(0.5, 4.0, size=n)
+            new_only = (_step_factor_bound(eta / 2, mu) < lo) & (_step_factor_bound(eta, mu) >= lo)
+            # N = sqrt(2) ||mu u|| below rho mu_min: rho c mu_min > 1
+            u = rng.uniform(0.05, 1.0, size=(n, 4)) / np.sqrt(2 * np.sum(mu * mu, axis=1))[:, None]
+            u *= (rho * lo * rng.uniform(0.2, 0.95, size=n))[:, None]
+        else:
+            rho = 2.0 / lo * rng.uniform(1.05, 3.0, size=n)  # rho mu_min > 2
+            new_only = ((eta / 2) * a * (rho * a / 2 - 1) < 2) & (eta * a * (rho * a / 2 - 1) >= 2)
+            u = rng.uniform(0.01, 0.5, size=(n, 4))
+        u *= rng.choice([-1.0, 1.0], size=(n, 4))
+        code, _ = certify(rule, np.log(np.abs(u)), mu, L, rho, eta)
+        keep = np.nonzero(new_only & (code == fates.COLLAPSE))[0]
+        fired += len(keep)
+        # the old bound (eta itself) certified none of them; the new one all of those kept
+        mu_, u, rho_ = mu[keep], u[keep], rho[keep][:, None]
+        start = np.abs(u).max(axis=1)
+        for t in range(4000):
+            m = mu_ * u
+            norm = np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+            if method == "sam-l2":
+                assert np.all(norm[:, 0] < rho_[:, 0] * mu_.min(axis=1)), (eta, t)
+                w = u - rho_ * m / norm
+            else:
+                z = np.minimum(np.sum(mu_ * u * u, axis=1, keepdims=True), 700.0)
+                c = 1.0 / (1.0 + np.exp(z))
+                w = u - rho_ * c * m
+            zt = np.sum(mu_ * w * w, axis=1, keepdims=True)
+            assert np.all(zt >= 0)
+            new = u + eta / (1.0 + np.exp(np.minimum(zt, 700.0))) * mu_ * w
+            if method == "usam":
+                assert np.all(np.abs(new) <= np.abs(u) * (1 + 1e-12)), (eta, t)
+            u = new
+        if method == "usam":  # most move far (the rest have tiny steps: h ~ eta e^-z~)
+            fell += np.sum(np.abs(u).max(axis=1) < 1e-3 * start)
+    assert fired >= 40 and (method == "sam-l2" or fell >= fired / 2), (fired, fell)
