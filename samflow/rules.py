@@ -416,10 +416,10 @@ def _l2_lead(s, mu, L, rho, eta=None):
     ahead = jnp.all((jnp.arange(mu.shape[0]) == top) | (log_x < log_x[top]))
     gap = s[top] - bound
     shares = _l2_shares_kept(s, mu, L, rho, top)
-    # Odd L: the major escapes past the fixed point, and while it is below the bound the
-    # leader is above it: its first lead comes past the bound, for good
-    # (docs/theory/regimes.md#escape-past-the-fixed-point).
-    past = _l2_past_fixed_point(s, mu, L, rho, eta) & (jnp.max(s) > bound)
+    # Odd L: the major escapes past the fixed point, and the leader is past the crossing
+    # bound: no minor can overtake the major at any lead it takes, so its first lead is
+    # for good (docs/theory/regimes.md#escape-past-the-fixed-point, #crossing-bound).
+    past = _l2_past_fixed_point(s, mu, L, rho, eta) & _l2_lead_kept_past(s, mu, L, rho, eta)
     deep = (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
     return leads, w + 1, deep | ((L == 2) & _l2_middle(s, mu, rho, eta))
 
@@ -523,6 +523,43 @@ def _l2_shares_kept(s, mu, L, rho, a=None):
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
     ahead = jnp.all(~others | (log_q < 0))
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
+
+
+def _l2_lead_kept_past(s, mu, L, rho, eta=None):
+    r"""Where, at odd ``L >= 3``, no minor ``k`` can take the lead from l2-SAM's major ``a``
+    at any lead the major takes from now on (derived in
+    docs/theory/regimes.md#crossing-bound): the leader past the *crossing bound*,
+    ``M = max_j u_j > (B / L) / (y*(q_k) sqrt(1 + q_k^2 e^(-2 (L-1) d_k)))`` for every minor
+    ``k`` with ``q_k = mu_k / mu_a < 1`` (``B = sqrt(L) rho``). ``y*(q) = (1 - t) / (1 - t q)``,
+    ``t = q^(1/(L-1))``, is the root of ``g(y) = g(q y)`` above 0, ``g(y) = y (1 - y)^(L-1)``
+    (``d log u_j/dtau = g(y_j) / (rho c)``, ``y_j = rho c x_j``): below it ``F_c(x_a) >
+    F_c(q_k x_a)``. No ``u_j`` falls at odd L, so at any lead of the major ``u_a >= M`` and
+    ``y_a <= (B / L) / (u_a sqrt(1 + q_k^2 e^(-2 (L-1) d_k)))`` while ``log(u_a / u_k) <=
+    d_k``: the flow's crossing (``d_k = 0``) has ``log(u_a / u_k)`` rising, and a step keeps
+    ``u_a' > u_k'``. Step: ``d_k = log(1 + E (1 + E)^-n)``, ``E = eta mu_k B^n``, ``n = L -
+    2``, beyond which a step of ``k`` (at most ``eta mu_k B^n e^(-n d_k)`` in log while
+    ``u_a <= B``, with the step condition of :func:`_l2_past_fixed_point`) cannot cover the
+    gap; ``d_k = 0`` for the flow (``eta`` None). Coordinates with ``mu_k = mu_a`` are
+    exempt (ahead in rate, they stay behind in ``u``). Compared in logs."""
+    Lp = jnp.maximum(L, 3.0)  # the argument is for odd L >= 3 (masked by the caller)
+    n = Lp - 2
+    log_mu = jnp.log(mu)
+    a = jnp.argmax(mu)
+    log_q = jnp.minimum(log_mu - log_mu[a], 0.0)
+    minor = (jnp.arange(mu.shape[0]) != a) & (log_q < 0)
+    log_q = jnp.where(minor, log_q, -1.0)  # finite where exempt (masked below)
+    log_t = log_q / (Lp - 1)
+    log_y_star = jnp.log(-jnp.expm1(log_t)) - jnp.log(-jnp.expm1(log_t + log_q))
+    log_b = jnp.log(rho) - 0.5 * jnp.log(Lp)  # log (B / L)
+    if eta is None:
+        d = jnp.zeros_like(log_q)
+    else:
+        E = jnp.exp(jnp.log(eta) + log_mu + n * (log_b + jnp.log(Lp)))  # eta mu_k B^n
+        d = jnp.log1p(jnp.exp(jnp.log(E) - n * jnp.log1p(E)))
+    log_root = 0.5 * jnp.log1p(jnp.exp(2 * log_q - 2 * (Lp - 1) * d))
+    log_need = log_b - log_y_star - log_root  # the crossing bound for k
+    top = jnp.max(s)
+    return (top > log_b) & jnp.all(~minor | (top > log_need))
 
 
 def _l2_past_fixed_point(s, mu, L, rho, eta=None):
