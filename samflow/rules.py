@@ -398,8 +398,9 @@ def _l2_lead(s, mu, L, rho, eta=None):
     (the major, or a minor one: docs/theory/regimes.md#minor-winner): ``x_k < x_t`` for
     every other ``k`` and ``u_t > sqrt(L) rho`` or :func:`_l2_shares_kept` for ``t``, whoever
     leads (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
-    :func:`_l2_past_fixed_point` with the leader above the bound
-    (docs/theory/regimes.md#escape-past-the-fixed-point). At L = 2 the third value is
+    :func:`_l2_past_fixed_point` with the leader past the crossing bound,
+    :func:`_l2_lead_kept_past` (docs/theory/regimes.md#escape-past-the-fixed-point,
+    #crossing-bound). At L = 2 the third value is
     :func:`_l2_middle` (docs/theory/regimes.md#middle-at-depth-two). Compared in logs."""
     log_x = _log_x(s, mu, L)
     # The leader; among coordinates tied at the top, the one with the largest rate (the
