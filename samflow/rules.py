@@ -529,25 +529,29 @@ def _l2_shares_kept(s, mu, L, rho, a=None):
 def _l2_lead_kept_past(s, mu, L, rho, eta=None):
     r"""Where, at odd ``L >= 3``, no minor ``k`` can take the lead from l2-SAM's major ``a``
     at any lead the major takes from now on (derived in
-    docs/theory/regimes.md#crossing-bound): the leader past the *crossing bound*,
-    ``M = max_j u_j > (B / L) / (y*(q_k) sqrt(1 + q_k^2 e^(-2 (L-1) d_k)))`` for every minor
-    ``k`` with ``q_k = mu_k / mu_a < 1`` (``B = sqrt(L) rho``). ``y*(q) = (1 - t) / (1 - t q)``,
-    ``t = q^(1/(L-1))``, is the root of ``g(y) = g(q y)`` above 0, ``g(y) = y (1 - y)^(L-1)``
-    (``d log u_j/dtau = g(y_j) / (rho c)``, ``y_j = rho c x_j``): below it ``F_c(x_a) >
-    F_c(q_k x_a)``. No ``u_j`` falls at odd L, so at any lead of the major ``u_a >= M`` and
-    ``y_a <= (B / L) / (u_a sqrt(1 + q_k^2 e^(-2 (L-1) d_k)))`` while ``log(u_a / u_k) <=
-    d_k``: the flow's crossing (``d_k = 0``) has ``log(u_a / u_k)`` rising, and a step keeps
-    ``u_a' > u_k'``. Step: ``d_k = log(1 + E (1 + E)^-n)``, ``E = eta mu_k B^n``, ``n = L -
-    2``, beyond which a step of ``k`` (at most ``eta mu_k B^n e^(-n d_k)`` in log while
-    ``u_a <= B``, with the step condition of :func:`_l2_past_fixed_point`) cannot cover the
-    gap; ``d_k = 0`` for the flow (``eta`` None). Coordinates with ``mu_k = mu_a`` are
-    exempt (ahead in rate, they stay behind in ``u``). Compared in logs."""
+    docs/theory/regimes.md#crossing-bound): the leader past the *crossing bound*. With
+    ``B = sqrt(L) rho``, ``g(y) = y (1 - y)^(L-1)`` (``d log u_j/dtau = g(y_j) / (rho c)``,
+    ``y_j = rho c x_j``) and ``q_k = mu_k / mu_a < 1``, ``y*(q_k) = (1 - t) / (1 - t q_k)``,
+    ``t = q_k^(1/(L-1))``, is the root of ``g(y) = g(q_k y)`` above 0: below it ``F_c(x_a) >
+    F_c(q_k x_a)``. No ``u_j`` falls at odd L, so at any lead of the major ``u_a = U >= M =
+    max_j u_j`` (now), every ``u_j`` is at least its value now, and while ``log(u_a / u_k)
+    <= d_k``, ``y_a <= Y_k(U) = (B / L) mu_a U^n / sqrt(A_k U^(2L-2) + C_k)``, ``A_k = mu_a^2
+    (1 + q_k^2 e^(-2 (L-1) d_k))``, ``C_k = sum_{j != a, k} mu_j^2 u_j^(2L-2)`` (now), ``n = L
+    - 2``; ``Y_k`` rises up to ``A_k U^(2L-2) = n C_k`` and falls after, so its sup over ``U
+    >= M`` is at the larger of the two. Where that sup is below ``y*(q_k)`` for every minor
+    ``k`` (and ``M > B / L``), the flow's crossing (``d_k = 0``) has ``log(u_a / u_k)``
+    rising and a step keeps ``u_a' > u_k'``. Step: ``d_k = log(1 + E (1 + E)^-n)``, ``E =
+    eta mu_k B^n``, beyond which a step of ``k`` (at most ``eta mu_k B^n e^(-n d_k)`` in log
+    while ``u_a <= B``, with the step condition of :func:`_l2_past_fixed_point`) cannot
+    cover the gap; ``d_k = 0`` for the flow (``eta`` None). Coordinates with ``mu_k = mu_a``
+    are exempt (ahead in rate, they stay behind in ``u``). Compared in logs."""
     Lp = jnp.maximum(L, 3.0)  # the argument is for odd L >= 3 (masked by the caller)
     n = Lp - 2
     log_mu = jnp.log(mu)
     a = jnp.argmax(mu)
+    idx = jnp.arange(mu.shape[0])
     log_q = jnp.minimum(log_mu - log_mu[a], 0.0)
-    minor = (jnp.arange(mu.shape[0]) != a) & (log_q < 0)
+    minor = (idx != a) & (log_q < 0)
     log_q = jnp.where(minor, log_q, -1.0)  # finite where exempt (masked below)
     log_t = log_q / (Lp - 1)
     log_y_star = jnp.log(-jnp.expm1(log_t)) - jnp.log(-jnp.expm1(log_t + log_q))
@@ -557,10 +561,15 @@ def _l2_lead_kept_past(s, mu, L, rho, eta=None):
     else:
         E = jnp.exp(jnp.log(eta) + log_mu + n * (log_b + jnp.log(Lp)))  # eta mu_k B^n
         d = jnp.log1p(jnp.exp(jnp.log(E) - n * jnp.log1p(E)))
-    log_root = 0.5 * jnp.log1p(jnp.exp(2 * log_q - 2 * (Lp - 1) * d))
-    log_need = log_b - log_y_star - log_root  # the crossing bound for k
+    log_A = 2 * log_mu[a] + jnp.log1p(jnp.exp(2 * log_q - 2 * (Lp - 1) * d))  # per k
+    # log C_k: the others (neither a nor k) at their values now; -inf where there are none
+    terms = 2 * log_mu + 2 * (Lp - 1) * s
+    rest = (idx[None, :] != a) & (idx[None, :] != idx[:, None])  # [k, j]
+    log_C = jax.nn.logsumexp(jnp.where(rest, terms[None, :], -jnp.inf), axis=1)
     top = jnp.max(s)
-    return (top > log_b) & jnp.all(~minor | (top > log_need))
+    log_U = jnp.maximum(top, (jnp.log(n) + log_C - log_A) / (2 * Lp - 2))  # the sup's U
+    log_Y = log_b + log_mu[a] + n * log_U - 0.5 * jnp.logaddexp(log_A + (2 * Lp - 2) * log_U, log_C)
+    return (top > log_b) & jnp.all(~minor | (log_Y < log_y_star))
 
 
 def _l2_past_fixed_point(s, mu, L, rho, eta=None):
