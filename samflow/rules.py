@@ -398,8 +398,9 @@ def _l2_lead(s, mu, L, rho, eta=None):
     (the major, or a minor one: docs/theory/regimes.md#minor-winner): ``x_k < x_t`` for
     every other ``k`` and ``u_t > sqrt(L) rho`` or :func:`_l2_shares_kept` for ``t``, whoever
     leads (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
-    :func:`_l2_past_fixed_point` with the leader above the bound
-    (docs/theory/regimes.md#escape-past-the-fixed-point). At L = 2 the third value is
+    :func:`_l2_past_fixed_point` with the leader past the crossing bound,
+    :func:`_l2_lead_kept_past` (docs/theory/regimes.md#escape-past-the-fixed-point,
+    #crossing-bound). At L = 2 the third value is
     :func:`_l2_middle` (docs/theory/regimes.md#middle-at-depth-two). Compared in logs."""
     log_x = _log_x(s, mu, L)
     # The leader; among coordinates tied at the top, the one with the largest rate (the
@@ -416,10 +417,10 @@ def _l2_lead(s, mu, L, rho, eta=None):
     ahead = jnp.all((jnp.arange(mu.shape[0]) == top) | (log_x < log_x[top]))
     gap = s[top] - bound
     shares = _l2_shares_kept(s, mu, L, rho, top)
-    # Odd L: the major escapes past the fixed point, and while it is below the bound the
-    # leader is above it: its first lead comes past the bound, for good
-    # (docs/theory/regimes.md#escape-past-the-fixed-point).
-    past = _l2_past_fixed_point(s, mu, L, rho, eta) & (jnp.max(s) > bound)
+    # Odd L: the major escapes past the fixed point, and the leader is past the crossing
+    # bound: no minor can overtake the major at any lead it takes, so its first lead is
+    # for good (docs/theory/regimes.md#escape-past-the-fixed-point, #crossing-bound).
+    past = _l2_past_fixed_point(s, mu, L, rho, eta) & _l2_lead_kept_past(s, mu, L, rho, eta)
     deep = (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
     return leads, w + 1, deep | ((L == 2) & _l2_middle(s, mu, rho, eta))
 
@@ -524,6 +525,52 @@ def _l2_shares_kept(s, mu, L, rho, a=None):
     total = jnp.sum(jnp.where(others, jnp.exp(log_r + log_g), 0.0))
     ahead = jnp.all(~others | (log_q < 0))
     return (L >= 3) & ahead & (log_R < 0) & (total <= 1 / (Lp - 1))
+
+
+def _l2_lead_kept_past(s, mu, L, rho, eta=None):
+    r"""Where, at odd ``L >= 3``, no minor ``k`` can take the lead from l2-SAM's major ``a``
+    at any lead the major takes from now on (derived in
+    docs/theory/regimes.md#crossing-bound): the leader past the *crossing bound*. With
+    ``B = sqrt(L) rho``, ``g(y) = y (1 - y)^(L-1)`` (``d log u_j/dtau = g(y_j) / (rho c)``,
+    ``y_j = rho c x_j``) and ``q_k = mu_k / mu_a < 1``, ``y*(q_k) = (1 - t) / (1 - t q_k)``,
+    ``t = q_k^(1/(L-1))``, is the root of ``g(y) = g(q_k y)`` above 0: below it ``F_c(x_a) >
+    F_c(q_k x_a)``. No ``u_j`` falls at odd L, so at any lead of the major ``u_a = U >= M =
+    max_j u_j`` (now), every ``u_j`` is at least its value now, and while ``log(u_a / u_k)
+    <= d_k``, ``y_a <= Y_k(U) = (B / L) mu_a U^n / sqrt(A_k U^(2L-2) + C_k)``, ``A_k = mu_a^2
+    (1 + q_k^2 e^(-2 (L-1) d_k))``, ``C_k = sum_{j != a, k} mu_j^2 u_j^(2L-2)`` (now), ``n = L
+    - 2``; ``Y_k`` rises up to ``A_k U^(2L-2) = n C_k`` and falls after, so its sup over ``U
+    >= M`` is at the larger of the two. Where that sup is below ``y*(q_k)`` for every minor
+    ``k`` (and ``M > B / L``), the flow's crossing (``d_k = 0``) has ``log(u_a / u_k)``
+    rising and a step keeps ``u_a' > u_k'``. Step: ``d_k = log(1 + E (1 + E)^-n)``, ``E =
+    eta mu_k B^n``, beyond which a step of ``k`` (at most ``eta mu_k B^n e^(-n d_k)`` in log
+    while ``u_a <= B``, with the step condition of :func:`_l2_past_fixed_point`) cannot
+    cover the gap; ``d_k = 0`` for the flow (``eta`` None). Coordinates with ``mu_k = mu_a``
+    are exempt (ahead in rate, they stay behind in ``u``). Compared in logs."""
+    Lp = jnp.maximum(L, 3.0)  # the argument is for odd L >= 3 (masked by the caller)
+    n = Lp - 2
+    log_mu = jnp.log(mu)
+    a = jnp.argmax(mu)
+    idx = jnp.arange(mu.shape[0])
+    log_q = jnp.minimum(log_mu - log_mu[a], 0.0)
+    minor = (idx != a) & (log_q < 0)
+    log_q = jnp.where(minor, log_q, -1.0)  # finite where exempt (masked below)
+    log_t = log_q / (Lp - 1)
+    log_y_star = jnp.log(-jnp.expm1(log_t)) - jnp.log(-jnp.expm1(log_t + log_q))
+    log_b = jnp.log(rho) - 0.5 * jnp.log(Lp)  # log (B / L)
+    if eta is None:
+        d = jnp.zeros_like(log_q)
+    else:
+        E = jnp.exp(jnp.log(eta) + log_mu + n * (log_b + jnp.log(Lp)))  # eta mu_k B^n
+        d = jnp.log1p(jnp.exp(jnp.log(E) - n * jnp.log1p(E)))
+    log_A = 2 * log_mu[a] + jnp.log1p(jnp.exp(2 * log_q - 2 * (Lp - 1) * d))  # per k
+    # log C_k: the others (neither a nor k) at their values now; -inf where there are none
+    terms = 2 * log_mu + 2 * (Lp - 1) * s
+    rest = (idx[None, :] != a) & (idx[None, :] != idx[:, None])  # [k, j]
+    log_C = jax.nn.logsumexp(jnp.where(rest, terms[None, :], -jnp.inf), axis=1)
+    top = jnp.max(s)
+    log_U = jnp.maximum(top, (jnp.log(n) + log_C - log_A) / (2 * Lp - 2))  # the sup's U
+    log_Y = log_b + log_mu[a] + n * log_U - 0.5 * jnp.logaddexp(log_A + (2 * Lp - 2) * log_U, log_C)
+    return (top > log_b) & jnp.all(~minor | (log_Y < log_y_star))
 
 
 def _l2_past_fixed_point(s, mu, L, rho, eta=None):
