@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import samflow
-from samflow.regimes import DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
+from samflow.regimes import COLLAPSE, DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 
 RULES = {"sam-l2": "l2", "usam": "usam", "gd": "gd"}
 
@@ -24,7 +24,9 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
     step ``watch_from`` on, whether the proof's invariants held at every step ``[n]``: the region
     ``rho c (a + b) < 1`` and a rise of every ``log(u_major / u_j)`` by at least
     ``log(1 + h delta_j / (1 + eta a))``, ``delta_j`` taken with ``c`` at ``watch_from``, and
-    whether the region held at step ``watch_from`` ``[n]``."""
+    whether the region held at step ``watch_from`` ``[n]``; and whether every step from
+    ``watch_from`` on was in the shrinking region ``rho c mu_min > 1`` (the set the discrete
+    collapse certificate keeps, docs/theory/regimes.md#discrete-collapse-at-depth-two) ``[n]``."""
     mu = np.asarray(mu, np.float64)
     a, b = np.sort(mu)[-2:][::-1]
     major = int(np.argmax(mu))
@@ -33,6 +35,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
     leaders = np.zeros((steps + 1, n), np.int64)  # row t: the leader after step t
     held = np.ones(n, bool)
     inside = np.zeros(n, bool)
+    shrinking = np.ones(n, bool)
     delta = None
 
     def c_of(u):
@@ -56,6 +59,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
                 delta = (mu[major] - mu) * (1.0 - rho[:, None] * c * (a + b))
                 inside = (rho * c[:, 0] * (a + b)) < 1
             held &= (rho * c[:, 0] * (a + b)) < 1
+            shrinking &= (rho * c[:, 0] * mu.min()) > 1
         w = u - rho[:, None] * c * mu * u
         h = eta / (1.0 + np.exp(np.sum(mu * w * w, axis=1, keepdims=True)))
         new = u + h * mu * w
@@ -68,7 +72,7 @@ def numpy_map(rule, mu, u0, rho, eta, steps, watch_from=None):
             held &= np.all(rise >= bound - 1e-12, axis=1)
         u = new
         leaders[t + 1] = leader(u)
-    return leaders, held, inside
+    return leaders, held, inside, shrinking
 
 
 def regime_of(path, major):
@@ -114,7 +118,9 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     at step 150: outside it the middle certificate decides, tested in tests/test_middle.py),
     and where the major has taken the lead by its end (the take-over can be slow: ``h``
     shrinks as the loss does), it leads there for good and the whole path's regime is the
-    engine's label. The certificate must fire, and some take-overs must be seen (else the
+    engine's label. Runs it labels collapse (the discrete collapse certificate at L = 2)
+    stay in the shrinking region ``rho c mu_min > 1`` at every step of the NumPy run from
+    step 150 on. The certificate must fire, and some take-overs must be seen (else the
     test could not fail)."""
     rng = np.random.default_rng(7 + len(method))
     mu = [0.7, 1.3, 2.1, 3.4]
@@ -123,7 +129,9 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
     top = 0.6 if method == "usam" else 2.0
     u0 = np.exp(rng.uniform(np.log(0.02), np.log(top), (n, 4)))
     rho = np.exp(rng.uniform(np.log(0.05), np.log(2.0), n)) if method != "gd" else np.zeros(n)
-    long, held, inside = numpy_map(RULES[method], mu, u0, rho, eta, 200 * steps, watch_from=steps)
+    long, held, inside, shrinking = numpy_map(
+        RULES[method], mu, u0, rho, eta, 200 * steps, watch_from=steps
+    )
     labelled = seen_over = 0
     for i in range(n):
         kw = {} if method == "gd" else {"rho": float(rho[i])}
@@ -139,6 +147,9 @@ def test_take_over_labels_agree_with_a_long_numpy_run(method):
         assert list(ds["leader_path"].values[: int(ds["n_leaders"])]) == compress(
             long[: steps + 1, i]
         )
+        if regime == COLLAPSE:  # the discrete collapse certificate: its set is kept
+            assert method != "gd" and shrinking[i], i
+            continue
         if regime == UNRESOLVED or stop == 4:
             continue
         labelled += 1
