@@ -397,7 +397,8 @@ def _l2_lead(s, mu, L, rho, eta=None):
     Take-over (third value, L >= 3), by the coordinate ``t`` with the strictly largest rate
     (the major, or a minor one: docs/theory/regimes.md#minor-winner): ``x_k < x_t`` for
     every other ``k`` and ``u_t > sqrt(L) rho`` or :func:`_l2_shares_kept` for ``t``, whoever
-    leads (docs/theory/regimes.md#takeover-at-every-depth); or, at odd L,
+    leads (docs/theory/regimes.md#takeover-at-every-depth), or :func:`_l2_region_outlasts`
+    for ``t`` (docs/theory/regimes.md#region-outlasts); or, at odd L,
     :func:`_l2_past_fixed_point` with the leader past the crossing bound,
     :func:`_l2_lead_kept_past` (docs/theory/regimes.md#escape-past-the-fixed-point,
     #crossing-bound). At L = 2 the third value is
@@ -422,6 +423,7 @@ def _l2_lead(s, mu, L, rho, eta=None):
     # for good (docs/theory/regimes.md#escape-past-the-fixed-point, #crossing-bound).
     past = _l2_past_fixed_point(s, mu, L, rho, eta) & _l2_lead_kept_past(s, mu, L, rho, eta)
     deep = (L >= 3) & ((((gap > 0) | shares) & ahead) | past)
+    deep = deep | _l2_region_outlasts(s, mu, L, rho, top)  # a race kept below R = 1
     return leads, w + 1, deep | ((L == 2) & _l2_middle(s, mu, rho, eta))
 
 
@@ -571,6 +573,42 @@ def _l2_lead_kept_past(s, mu, L, rho, eta=None):
     log_U = jnp.maximum(top, (jnp.log(n) + log_C - log_A) / (2 * Lp - 2))  # the sup's U
     log_Y = log_b + log_mu[a] + n * log_U - 0.5 * jnp.logaddexp(log_A + (2 * Lp - 2) * log_U, log_C)
     return (top > log_b) & jnp.all(~minor | (log_Y < log_y_star))
+
+
+def _l2_region_outlasts(s, mu, L, rho, a, grid=64):
+    r"""Where l2-SAM's region ``R = L rho c x_a < 1`` provably holds for ever, with a bound
+    ``theta < 1`` (L >= 3, any parity; flow and the discrete step at any ``eta``; derived in
+    docs/theory/regimes.md#region-outlasts): ``a`` strictly ahead in rate (``q_k = x_k / x_a
+    < 1``, ``x_j = mu_j u_j^(L-2)``) and, with ``v_k = q_k |u_k|`` (``v_a = u_a``), ``B =
+    sqrt(L) rho``, ``n = L - 2``, ``p = 2 (L - 1) / n``,
+
+    ``Phi(r) = r^2 (u_a^2 + sum_{k != a} v_k^2 (q_k + (1 - q_k) r^n)^-p) > B^2`` for every
+    ``r >= 1``
+
+    (``R = B / ||v||``, and while ``R < 1`` the growth ``r = u_a(t) / u_a`` bounds ``||v||^2``
+    below by ``Phi(r)``). ``Phi / r^2`` falls in ``r``, so on a geometric grid ``r_0 = 1 <
+    ... < r_N = max(1, 2 B / u_a)`` the check ``r_i^2 (Phi / r^2)(r_(i+1)) > B^2`` covers each
+    cell, and past ``r_N`` ``Phi >= 4 B^2``: a rigorous test, not a sample. Nothing uses that
+    ``mu_a`` is the largest. Compared in logs (``s = log |u|``)."""
+    Lp = jnp.maximum(L, 3.0)  # the argument is for L >= 3 (L = 2 masked below)
+    n = Lp - 2
+    p = 2 * (Lp - 1) / n
+    log_B = jnp.log(rho) + 0.5 * jnp.log(Lp)
+    log_q = jnp.log(mu) + n * s - (jnp.log(mu[a]) + n * s[a])
+    others = jnp.arange(mu.shape[0]) != a
+    ahead = jnp.all(~others | (log_q < 0))
+    q = jnp.exp(jnp.where(others, jnp.minimum(log_q, 0.0), -1.0))  # a masked: q < 1 there
+    log_v2 = 2 * (log_q + s - log_B)  # log (v_k / B)^2
+    log_end = jnp.maximum(0.0, jnp.log(2.0) + log_B - s[a])
+    log_r = log_end * jnp.arange(grid + 1) / grid  # [grid + 1]
+
+    def log_rest(lr):  # log (Phi(r) / (r B)^2), r = e^lr
+        log_E = jnp.logaddexp(jnp.log(q), jnp.log1p(-q) + n * lr)
+        terms = jnp.where(others, log_v2 - p * log_E, -jnp.inf)
+        return jax.nn.logsumexp(jnp.append(terms, 2 * (s[a] - log_B)))
+
+    cells = 2 * log_r[:-1] + jax.vmap(log_rest)(log_r[1:])  # log of each cell's lower bound
+    return (L >= 3) & ahead & (jnp.min(cells) > 0)
 
 
 def _l2_past_fixed_point(s, mu, L, rho, eta=None):

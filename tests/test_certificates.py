@@ -14,6 +14,7 @@ from samflow import fate as fates
 from samflow.regimes import UNRESOLVED
 from samflow.rules import GD, SAM_L2, USAM
 from tests.runs import certify
+from tests.test_region_outlasts import _phi_min
 
 MU = [1.0, 2.0, 3.0, 4.0]
 METHODS = {"gd": GD, "sam-l2": SAM_L2, "usam": USAM}
@@ -225,6 +226,8 @@ def _kappa_share(method, mu, u, L, rho):
     x = mu * u ** (L - 2)
     if method == "sam-l2" and _shares_kept(mu, u, L, rho):
         theta = L * rho * _c(method, u, mu, L) * x[a]  # R itself: it does not rise
+    elif method == "sam-l2" and u[a] < np.sqrt(L) * rho:  # the region kept by a race
+        theta = np.sqrt(L) * rho / np.sqrt(_phi_min(mu, u, L)[0])
     elif method == "sam-l2":
         theta = np.sqrt(L) * rho / u[a]
     elif method == "usam":
@@ -259,8 +262,12 @@ def test_a_take_over_flow_hands_the_lead_to_the_major(method, depth):
     escape = (method == "sam-l2") & (depth % 2 == 1) & low & ~kept
     escape &= np.max(s, axis=1) > np.log(np.sqrt(depth) * rho)
     fired = np.nonzero((code == fates.TAKES_OVER) & ~escape)[0]
-    if below:  # the shares condition, and only it, certifies the others
-        assert np.array_equal((code == fates.TAKES_OVER) & ~escape, kept & low)
+    if below:  # the shares condition certifies, and besides it only the race
+        # (docs/theory/regimes.md#region-outlasts, min Phi > B^2 found independently)
+        race = np.array([_phi_min(mu[i], np.exp(s[i]), depth)[0] for i in range(len(mu))])
+        race = race > depth * rho**2
+        takes = (code == fates.TAKES_OVER) & ~escape
+        assert np.all(takes[kept & low]) and np.all((kept & low | race)[takes])
     assert len(fired) >= 8, f"only {len(fired)} of {len(mu)} sampled states certified"
     assert np.all(winner[fired] == a[fired] + 1)
     seen = 0
