@@ -172,7 +172,7 @@ def test_the_flow_empties_into_the_collapse_region():
 @pytest.mark.parametrize("eta", [None, 0.001])
 def test_a_grower_just_above_rho_over_sqrt2_is_not_named(eta):
     """Sharpness: mu (1, 30), rho 0.05, u_2 = rho / 20 (a fast shrinker) and u_1 at 0.99 or
-    1.001 of rho / sqrt(2), where the true edge is. Below it the certificate says collapse
+    1.001 of rho / sqrt(2) (above it u_1 never falls). Below it the certificate says collapse
     and the map (eta 0.001) reaches K < mu_min and stays there; above it the certificate says
     nothing, and the map's u_1 never falls (K >= P_1 > mu_1) and grows."""
     mu, rho = np.array([1.0, 30.0]), np.array([0.05, 0.05])
