@@ -216,3 +216,19 @@ def test_engine_runs_labelled_collapse_agree_with_a_numpy_run_1000_times_longer(
         assert np.max(us[-1, i]) < 0.5 * np.max(us[inside[0], i]), i
         checked += 1
     assert checked >= 3, checked
+
+
+@pytest.mark.parametrize("eta", [None, 1e-4])  # 1e-4: the step condition holds
+def test_never_where_a_coordinate_is_above_rho_over_sqrt2(eta):
+    """Random middle states with some u_j above rho / sqrt(2) (the middle certificate's G:
+    such a u_j never falls, so K >= P_j > mu_j for ever and the run cannot collapse): the
+    certificate never says collapse there, with or without a fast shrinker beside."""
+    rng = np.random.default_rng(3)
+    mu = np.concatenate([rng.uniform(0.3, 1.0, 2), rng.uniform(3.0, 30.0, 2)])
+    rho = np.exp(rng.uniform(np.log(0.05), np.log(3.0), 2000))
+    u = rho[:, None] / np.sqrt(2) * np.exp(rng.uniform(np.log(0.01), np.log(3.0), (2000, 4)))
+    K = _K(u, mu, rho)
+    keep = (K > np.min(mu)) & np.any(u > rho[:, None] / np.sqrt(2), axis=1)
+    assert np.sum(keep) >= 500
+    code, _ = _certify(u[keep], mu, rho[keep], eta)
+    assert not np.any(code == fates.COLLAPSE)
