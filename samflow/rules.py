@@ -183,6 +183,7 @@ def _log_form(
     finite: Callable[..., Array] | None = None,
     returns: tuple[Callable[..., Array], int] | None = None,
     blowup_won_by_rate: bool = False,
+    empties: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -214,6 +215,9 @@ def _log_form(
     (docs/theory/regimes.md#usam-returns), :data:`samflow.fate.WINS_LATER` where it may
     still lead and lose before (docs/theory/regimes.md#escape-past-the-fixed-point); None:
     never certified.
+    ``empties(s, mu, rho, eta)``: where the flow (``eta`` None) or the discrete step at
+    ``L = 2`` provably enters ``rho c mu_min > 1`` from the middle
+    (docs/theory/regimes.md#middle-empties); None: never certified.
     """
 
     def field(tau, s, args):
@@ -248,7 +252,9 @@ def _log_form(
         step): the major takes the lead within finite time: TAKES_OVER, winner the major.
         ``rho c mu_min > 1``: every ``g_j < 0``, every ``u_j`` falls, ``c`` does not
         fall, and the flow's beta tends to 0 (in finite time for l2-SAM): COLLAPSE; for
-        the discrete step only where ``step_collapse`` proves it stays near 0.
+        the discrete step only where ``step_collapse`` proves it stays near 0. The same
+        where ``empties`` proves the run enters ``rho c mu_min > 1`` within finite time
+        (docs/theory/regimes.md#middle-empties).
         Even L >= 4: COLLAPSE where ``deep_collapse`` proves it, for the flow or the
         discrete step (docs/theory/regimes.md#collapse-certificates). Any L >= 2: LEADS
         where the rule's ``lead`` certificate holds
@@ -269,6 +275,8 @@ def _log_form(
         top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
         region = rho * c * jnp.sum(top2) < 1
         shrink = rho * c * jnp.min(mu) > 1
+        if empties is not None:  # the middle empties into it (used at depth 2 only)
+            shrink = shrink | empties(s, mu, rho, eta)
         if eta is not None:
             shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
         at_two = jnp.where(region, _fate.TAKES_OVER, jnp.where(shrink, _fate.COLLAPSE, _fate.OPEN))
@@ -461,6 +469,57 @@ def _l2_middle(s, mu, rho, eta=None):
     log_sum = jax.nn.logsumexp(jnp.append(log_rest, 2 * (log_mu[a] + log_U)))
     at_lead = half_log2 + 0.5 * log_sum - log_rho > log_ab  # log K at the major's lead
     return jnp.any(grows) & (behind | at_lead)
+
+
+def _l2_middle_empties(s, mu, rho, eta=None):
+    r"""Where l2-SAM at L = 2, in the middle, provably enters the collapse region
+    ``K < mu_min`` (``rho c mu_min > 1``) within finite time (derived in
+    docs/theory/regimes.md#middle-empties), for the flow (``eta`` None) or the discrete
+    step. With ``K = ||m||_2 / rho``, ``g_j = mu_j (1 - mu_j / K)`` rises with ``K``, so while
+    ``K <= K0`` (its value now) ``g_j <= nu_j = mu_j (1 - mu_j / K0)``: after a rescaled time
+    ``T`` (``sum h`` for the step, whose factors ``1 + h g_j`` lie in ``(0, e^(h nu_j)]``
+    while ``K >= mu_min``, as ``(eta / 2) mu_max^2 < mu_min``, ``h <= eta / 2``,
+    :func:`_h_max`) ``|u_j| <= |u_j(0)| e^(nu_j T)``, so ``K^2 <= Q(T) = sum_j P_j^2 e^(2 nu_j
+    T)``, ``P_j = sqrt(2) mu_j u_j / rho``. ``Q`` is convex with ``Q(0) = K0^2``: where ``Q <
+    mu_min^2`` on ``[T, T + eta / 2]`` (the flow: at ``T``), ``Q <= K0^2`` on ``[0, T + eta /
+    2]``, the bound holds up to there, and the first step past ``T`` lands inside: ``K <
+    mu_min``. ``T`` is the best place of the window (``log Q(T + eta / 2) = log Q(T)``; the
+    flow: the minimum of ``log Q``), found by 60 halvings of ``[0, T_hi]``, past which the
+    shrinking terms (``nu_j < 0``) add less than ``e^-50 mu_min^2``; any ``T`` is sound. A
+    coordinate with ``u_j >= rho / sqrt(2)`` has ``nu_j >= 0`` and ``P_j >= mu_j``, so
+    ``Q >= mu_min^2``: never where :func:`_l2_middle` holds. Compared in logs (``s = log
+    |u|``)."""
+    log_mu = jnp.log(mu)
+    log_A = jnp.log(2.0) + 2 * (log_mu + s - jnp.log(rho))  # log P_j^2
+    nu = mu * (1 - mu * jnp.exp(-0.5 * jax.nn.logsumexp(log_A)))  # mu_j (1 - mu_j / K0)
+    log_floor = 2 * jnp.log(jnp.min(mu))
+    window = 0.0 if eta is None else _h_max(eta, 2)
+
+    def excess(T):  # log Q(T) - log mu_min^2
+        return jax.nn.logsumexp(log_A + 2 * nu * T) - log_floor
+
+    def past_best(T):  # the window [T, T + eta / 2] (the flow: T) is at or past its best
+        if eta is None:
+            return jnp.sum(nu * jax.nn.softmax(log_A + 2 * nu * T)) >= 0
+        return excess(T + window) >= excess(T)
+
+    falls = nu < 0
+    slowest = jnp.min(jnp.where(falls, -nu, jnp.inf))
+    far = jnp.maximum(excess(0.0) + jnp.log(mu.shape[0]) + 50.0, 0.0)
+    T_hi = jnp.where(jnp.any(falls), far / (2 * jnp.where(falls.any(), slowest, 1.0)), 0.0)
+
+    def halve(_, bracket):  # past_best(hi) or hi = T_hi; not past_best(lo) or lo = 0
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        return jnp.where(past_best(mid), lo, mid), jnp.where(past_best(mid), mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, 60, halve, (jnp.zeros_like(T_hi), T_hi))
+    empties = jnp.zeros((), bool)
+    for T in (lo, hi):
+        empties = empties | ((excess(T) < 0) & (excess(T + window) < 0))
+    if eta is not None:  # every factor positive while K >= mu_min
+        empties = empties & (_h_max(eta, 2) * jnp.max(mu) ** 2 < jnp.min(mu))
+    return empties
 
 
 def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
@@ -1375,6 +1434,7 @@ SAM_L2 = PerturbationRule(
         _l2_lead,
         returns=(_l2_past_fixed_point, _fate.WINS_LATER),
         blowup_won_by_rate=True,
+        empties=_l2_middle_empties,
     ),
     layers_alike=_l2_alike,
 )
