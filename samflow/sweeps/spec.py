@@ -44,9 +44,13 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-7"
+LABELS = "limit-8"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
-under another meaning (limit-6: before this stop's labels: a blow-up without a proven winner
+under another meaning (limit-7: before this stop's certificates: the discrete collapse at
+L = 2 with the step's bound h <= eta / 2, docs/theory/regimes.md#discrete-collapse-at-depth-two,
+l2-SAM's middle that empties into collapse, docs/theory/regimes.md#middle-empties, its
+crossing bound at odd L, docs/theory/regimes.md#crossing-bound, and its region that outlasts
+the race, docs/theory/regimes.md#region-outlasts; limit-6: before these labels: a blow-up without a proven winner
 left unresolved (a rule of one's own, other models) and linf-SAM's flow labelled by its first
 blow-up, docs/theory/regimes.md#linf-first-blow-up; l2-SAM's middle at depth two,
 docs/theory/regimes.md#middle-at-depth-two, and its take-over by a minor with the strictly
