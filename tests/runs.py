@@ -109,6 +109,17 @@ def solve_flow(
     )
 
 
+def l2_step(u, mu, L, rho, eta):
+    """One balanced l2-SAM step of the logistic loss in NumPy float64 (the tests'
+    independent reference), states [n, d]: w~ = u - rho m / ||m||_2 (m_j = mu_j u_j^(L-1)
+    in each of the L layers), u' = u + eta sigmoid(-z~) mu w~^(L-1), z~ = sum_j mu_j
+    w~_j^L."""
+    m = mu * u ** (L - 1)
+    w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+    zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+    return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+
+
 def certify(rule, s, mu, depth, rho, eta=None):
     """``rule``'s certificate (``BalancedFlow.fate``) over a batch of states ``s`` ``[n, d]``
     (one program), in float64 as the engine evaluates it (samflow.precision: a scoped x64

@@ -15,17 +15,7 @@ from scipy.integrate import solve_ivp
 
 from samflow import fate as fates
 from samflow.rules import SAM_L2, _l2_lead_kept_past
-from tests.runs import certify
-
-
-def _step(u, mu, L, rho, eta):
-    """One balanced l2-SAM step of the logistic loss, states [n, d]: w~ = u - rho m /
-    ||m||_2 (m_j = mu_j u_j^(L-1) in each of the L layers), u' = u + eta sigmoid(-z~) mu
-    w~^(L-1), z~ = sum_j mu_j w~_j^L."""
-    m = mu * u ** (L - 1)
-    w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
-    zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
-    return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+from tests.runs import certify, l2_step
 
 
 def _crossing_bound(mu, L, rho, eta):
@@ -146,7 +136,7 @@ def test_step_map_major_keeps_every_lead_past_the_crossing_bound(depth):
         led = np.argmax(uu, axis=1) == a
         below = led & (uu[rows, a] < B)
         for t in range(3000):
-            uu = _step(uu, mu, L, rho, eta)
+            uu = l2_step(uu, mu, L, rho, eta)
             leads = np.argmax(uu, axis=1) == a
             assert np.all(leads[led]), (eta, t, np.nonzero(led & ~leads))
             led |= leads
@@ -232,7 +222,7 @@ def test_just_below_the_crossing_bound_the_major_loses_a_lead(eta):
         if eta is not None:
             uu, lost = u.copy(), np.zeros(len(mu), bool)
             for _ in range(2000):
-                uu = _step(uu, mu, L, rho, eta)
+                uu = l2_step(uu, mu, L, rho, eta)
                 lost |= np.argmax(uu, axis=1) != 3
             assert np.all(lost), (L, np.nonzero(~lost))
             continue

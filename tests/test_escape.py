@@ -14,17 +14,7 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import RETURNED
 from samflow.rules import SAM_L2
-from tests.runs import certify
-
-
-def _step(u, mu, L, rho, eta):
-    """One balanced l2-SAM step of the logistic loss, states [n, d]: w~ = u - rho m /
-    ||m||_2 (m_j = mu_j u_j^(L-1) in each of the L layers), u' = u + eta sigmoid(-z~) mu
-    w~^(L-1), z~ = sum_j mu_j w~_j^L."""
-    m = mu * u ** (L - 1)
-    w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
-    zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
-    return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+from tests.runs import certify, l2_step
 
 
 def _map(mu, u0, L, rho, eta, steps):
@@ -38,7 +28,7 @@ def _map(mu, u0, L, rho, eta, steps):
     leads[0] = np.argmax(u, axis=1) + 1
     kept = np.ones(len(u), bool)
     for t in range(steps):
-        new = _step(u, mu, L, rho, eta)
+        new = l2_step(u, mu, L, rho, eta)
         kept &= np.all(new >= u, axis=1)
         x = mu * new ** (L - 2)
         others = np.where(np.arange(mu.shape[1]) == a[:, None], -np.inf, x)
@@ -198,7 +188,7 @@ def test_escape_with_the_leader_past_the_bound_is_a_take_over():
     uu, seen = u.copy(), 0
     first = np.full(n, -1)
     for t in range(4000):
-        uu = _step(uu, mu, L, rho, eta)
+        uu = l2_step(uu, mu, L, rho, eta)
         x = mu * uu
         leads = np.argmax(uu, axis=1) == a
         assert np.all(uu[rows, a][leads] > bound), t
@@ -223,7 +213,7 @@ def test_escape_below_the_bound_is_no_take_over():
     a = np.argmax(mu, axis=1)
     led, lost, uu = np.zeros(n, bool), np.zeros(n, bool), u.copy()
     for _ in range(4000):
-        uu = _step(uu, mu, L, rho, eta)
+        uu = l2_step(uu, mu, L, rho, eta)
         leads = np.argmax(uu, axis=1) == a
         lost |= led & ~leads
         led |= leads

@@ -13,7 +13,7 @@ from scipy.optimize import minimize_scalar
 
 from samflow import fate as fates
 from samflow.rules import SAM_L2
-from tests.runs import certify
+from tests.runs import certify, l2_step
 
 
 def _phi_min(mu, u, L):
@@ -51,16 +51,6 @@ def _states(rng, n, L, rho, q_range=(0.3, 0.999)):
     u = (q * mu[rows, a][:, None] * ua[:, None] ** (L - 2) / mu) ** (1.0 / (L - 2))
     u[rows, a] = ua
     return mu, u, a
-
-
-def _step(u, mu, L, rho, eta):
-    """One balanced l2-SAM step of the logistic loss, states [n, d]: w~ = u - rho m /
-    ||m||_2 (m_j = mu_j u_j^(L-1) in each of the L layers), u' = u + eta sigmoid(-z~) mu
-    w~^(L-1), z~ = sum_j mu_j w~_j^L."""
-    m = mu * u ** (L - 1)
-    w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
-    zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
-    return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
 
 
 def _R_and_v2(u, mu, L, rho, a):
@@ -113,7 +103,7 @@ def test_step_map_keeps_the_region_and_hands_the_lead_to_the_major(depth):
         rows = np.arange(len(pick))
         first = np.full(len(pick), -1)
         for t in range(4_000):
-            uu = _step(uu, mm, L, rho, eta)
+            uu = l2_step(uu, mm, L, rho, eta)
             R, v2 = _R_and_v2(uu, mm, L, rho, aa)
             assert np.all(R < 1), (eta, t)
             floor = _phi(mm, u0, L, aa, np.abs(uu[rows, aa]) / u0[rows, aa])
