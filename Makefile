@@ -35,7 +35,7 @@ docs: $(STAMP)
 # of a crashed worker under --dist loadfile can leave the run waiting for ever), and the
 # whole run is stopped after TEST_LIMIT seconds. PYTEST_ARGS: a subset or more options
 # (make test PYTEST_ARGS="tests/test_rules.py -x").
-TEST_LIMIT ?= 3600
+TEST_LIMIT ?= 4800
 PYTEST_ARGS ?=
 test: lint docs
 	@timeout --kill-after=30 $(TEST_LIMIT) $(PY) -m pytest -n 2 --dist loadfile --max-worker-restart 0 -q --durations=15 $(PYTEST_ARGS); \

@@ -14,6 +14,7 @@ from samflow import fate as fates
 from samflow.regimes import UNRESOLVED
 from samflow.rules import GD, SAM_L2, USAM
 from tests.runs import certify
+from tests.test_crossing import _kept as crossing_kept
 from tests.test_region_outlasts import _phi_min
 
 MU = [1.0, 2.0, 3.0, 4.0]
@@ -255,12 +256,16 @@ def test_a_take_over_flow_hands_the_lead_to_the_major(method, depth):
     mu, s, a = _minor_ahead(rng, 48 if below else 24, depth, rho, method)
     method = "sam-l2" if below else method
     code, winner = certify(METHODS[method], s, mu, depth, rho)
-    # At odd L a leader past sqrt(L) rho with the major below it is a take-over by the
-    # escape past the fixed point (its own proof, tested in tests/test_escape.py): not here.
+    # At odd L a leader past the crossing bound (below sqrt(L) rho) with the major below
+    # it is a take-over by the escape past the fixed point (its own proofs, tested in
+    # tests/test_escape.py and tests/test_crossing.py, whose independent recomputation of
+    # the bound is used here): not here.
     kept = np.array([_shares_kept(mu[i], np.exp(s[i]), depth, rho) for i in range(len(mu))])
     low = np.exp(s[np.arange(len(mu)), a]) <= np.sqrt(depth) * rho
     escape = (method == "sam-l2") & (depth % 2 == 1) & low & ~kept
-    escape &= np.max(s, axis=1) > np.log(np.sqrt(depth) * rho)
+    escape &= (np.max(s, axis=1) > np.log(np.sqrt(depth) * rho)) | crossing_kept(
+        np.exp(s), mu, depth, rho, None
+    )
     fired = np.nonzero((code == fates.TAKES_OVER) & ~escape)[0]
     if below:  # the shares condition certifies, and besides it only the race
         # (docs/theory/regimes.md#region-outlasts, min Phi > B^2 found independently)
