@@ -120,6 +120,20 @@ def l2_step(u, mu, L, rho, eta):
     return u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
 
 
+def l2_log_field(mu, L, rho):
+    """The balanced l2-SAM flow in ``s = log u`` for SciPy (the tests' independent
+    reference): ``f(t, s) = x (1 - rho c x)^(L-1)``, ``x_j = mu_j u_j^(L-2)``, ``c = 1 /
+    ||m||_2``, ``||m||_2^2 = L sum_j mu_j^2 u_j^(2L-2)``; ``mu`` one state's ``[d]``."""
+
+    def f(t, y):
+        v = np.exp(y)
+        x = mu * v ** (L - 2)
+        c = 1.0 / np.sqrt(L * np.sum(mu**2 * v ** (2 * L - 2)))
+        return x * (1 - rho * c * x) ** (L - 1)
+
+    return f
+
+
 def certify(rule, s, mu, depth, rho, eta=None):
     """``rule``'s certificate (``BalancedFlow.fate``) over a batch of states ``s`` ``[n, d]``
     (one program), in float64 as the engine evaluates it (samflow.precision: a scoped x64

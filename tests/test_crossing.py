@@ -15,7 +15,7 @@ from scipy.integrate import solve_ivp
 
 from samflow import fate as fates
 from samflow.rules import SAM_L2, _l2_lead_kept_past
-from tests.runs import certify, l2_step
+from tests.runs import certify, l2_log_field, l2_step
 
 
 def _crossing_bound(mu, L, rho, eta):
@@ -159,12 +159,7 @@ def test_flow_major_keeps_every_lead_past_the_crossing_bound(depth):
     mu, u, a = mu[kept][:12], u[kept][:12], a[kept][:12]
     assert len(u) >= 8, len(u)
     for i in range(len(u)):
-
-        def f(t, y, i=i):
-            v = np.exp(y)
-            x = mu[i] * v ** (L - 2)
-            c = 1.0 / np.sqrt(L * np.sum(mu[i] ** 2 * v ** (2 * L - 2)))
-            return x * (1 - rho * c * x) ** (L - 1)
+        f = l2_log_field(mu[i], L, rho)
 
         def high(t, y):
             return 40.0 - L * np.max(y)

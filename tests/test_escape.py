@@ -14,7 +14,7 @@ import samflow
 from samflow import fate as fates
 from samflow.regimes import RETURNED
 from samflow.rules import SAM_L2
-from tests.runs import certify, l2_step
+from tests.runs import certify, l2_log_field, l2_step
 
 
 def _map(mu, u0, L, rho, eta, steps):
@@ -97,12 +97,7 @@ def test_escape_step_map_hands_the_lead_to_the_major_for_good(depth):
     # The flow (eta None): SciPy DOP853 to the blow-up; its last leader is the major.
     code, winner = certify(SAM_L2, s, mu, depth, rho, None)
     for i in np.nonzero(code == fates.WINS_LATER)[0][:3]:
-
-        def f(t, y, i=i):
-            v = np.exp(y)
-            x = mu[i] * v ** (L - 2)
-            c = 1.0 / np.sqrt(L * np.sum(mu[i] ** 2 * v ** (2 * L - 2)))
-            return x * (1 - rho * c * x) ** (L - 1)
+        f = l2_log_field(mu[i], L, rho)
 
         def high(t, y):
             return 40.0 - L * np.max(y)

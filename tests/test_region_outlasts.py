@@ -13,7 +13,7 @@ from scipy.optimize import minimize_scalar
 
 from samflow import fate as fates
 from samflow.rules import SAM_L2
-from tests.runs import certify, l2_step
+from tests.runs import certify, l2_log_field, l2_step
 
 
 def _phi_min(mu, u, L):
@@ -131,11 +131,7 @@ def test_flow_keeps_the_region_and_hands_the_lead_to_the_major(depth):
     for i in pick:
         top = np.max(np.log(u[i])) + 12.0 / (L - 2)
 
-        def f(t, y, i=i):
-            v = np.exp(y)
-            x = mu[i] * v ** (L - 2)
-            c = 1.0 / np.sqrt(L * np.sum(mu[i] ** 2 * v ** (2 * L - 2)))
-            return x * (1 - rho * c * x) ** (L - 1)
+        f = l2_log_field(mu[i], L, rho)
 
         def high(t, y, top=top):
             return top - np.max(y)
