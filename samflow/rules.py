@@ -511,7 +511,8 @@ def _l2_middle_empties(s, mu, rho, eta=None):
     def halve(_, bracket):  # past_best(hi) or hi = T_hi; not past_best(lo) or lo = 0
         lo, hi = bracket
         mid = 0.5 * (lo + hi)
-        return jnp.where(past_best(mid), lo, mid), jnp.where(past_best(mid), mid, hi)
+        past = past_best(mid)
+        return jnp.where(past, lo, mid), jnp.where(past, mid, hi)
 
     lo, hi = jax.lax.fori_loop(0, 60, halve, (jnp.zeros_like(T_hi), T_hi))
     empties = jnp.zeros((), bool)
