@@ -523,41 +523,48 @@ def _l2_middle_empties(s, mu, rho, eta=None):
     return empties
 
 
-def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
-    r"""Where the leader ``w`` of l2-SAM (L >= 3), below ``u_w = sqrt(L) rho``, provably
+def _l2_race_to_bound(s, mu, L, rho, w, eta=None, grid=128):
+    r"""Where the leader ``w`` of l2-SAM (L >= 3), below ``u_w = B = sqrt(L) rho``, provably
     reaches that bound still leading with the largest rate
-    (docs/theory/regimes.md#lead-certificates-at-every-depth, *race to the bound*). With
-    ``n = L - 2`` and ``r_bar = rho / (sqrt(L) u_w) < 1``: ``u_w^-n`` falls at least
-    ``n mu_w kappa / (1 + n eta x_bar)`` per unit of tau (``kappa = (1 - r_bar)^(L-1)``,
-    ``x_bar = mu_w (sqrt(L) rho)^n``; ``eta`` 0 for the flow), and every other ``|u_k|^-n``
-    at most ``n mu_k`` (GD's rate, as ``r_k <= 2`` while ``rho (sqrt(L) rho)^n / (sqrt(L)
-    u_w^(L-1)) <= 2``): two lines in tau each, compared at tau = 0 and where ``w``'s line
-    reaches the bound, plus ``eta`` for the step (a line ahead at both ends is ahead
-    between). Then the lead
-    certificate holds at the bound, so ``w``, once there, leads for ever. Compared in
-    linear space of ``u^-n`` (finite: ``u_w > rho / sqrt(L)``)."""
+    (docs/theory/regimes.md#lead-certificates-at-every-depth, *race to the bound*), for the
+    flow (``eta`` None) or the discrete step. While ``w`` leads with the largest rate
+    (``x_w >= x_k``, ``x_j = mu_j u_j^n``, ``n = L - 2``), ``r_k = rho c x_k <= r_w <= b /
+    u_w`` (``b = rho / sqrt(L)``), so every ``F(x_k)`` lies in ``[0, x_k]`` and ``F(x_w) >=
+    mu_w u_w^n (1 - b / u_w)^(L-1)``: in ``tau`` (the sum of ``h <= _h_max(eta, L)`` for
+    the step) ``|u_k|^-n >= |u_k(0)|^-n - n mu_k tau`` (a line) and ``(u_w - b)^-n <= (u_w(0)
+    - b)^-n - n mu_w sigma tau`` (a line in the shifted ``u_w``; ``sigma = 1 / (1 + n h_max
+    mu_w (B - b)^n)``, 1 for the flow), so ``u_w^-n <= U(tau)^-n``, ``U = b + (that
+    line)^(-1/n)``. ``w`` keeps both conditions while ``U^-n < m_k (|u_k(0)|^-n - n mu_k
+    tau)``, ``m_k = min(1, mu_w / mu_k)``, for every ``k != w``, on ``[0, T* + h_max]``,
+    ``T*`` where ``U`` reaches ``B``: ``U`` rises and the line falls, so a check of each cell
+    of a uniform grid of ``grid`` cells (``U`` at its left end, the line at its right) covers
+    every ``tau`` between. Then ``u_w`` reaches ``B`` ahead, where the lead certificate
+    holds. Compared in linear space of ``u^-n`` (finite: ``u_w > b``), with a margin of
+    ``1e-9`` of the line's start for rounding."""
     Lp = jnp.maximum(L, 3.0)  # the lines are for L >= 3 (L = 2 masked below)
     n = Lp - 2
-    log_bound = jnp.log(rho) + 0.5 * jnp.log(Lp)
-    r_bar = jnp.exp(log_bound - jnp.log(Lp) - s[w])  # rho / (sqrt(L) u_w)
-    kappa = jnp.maximum(1 - r_bar, 0.0) ** (Lp - 1)
-    step = 0.0 if eta is None else eta
-    x_bar = mu[w] * jnp.exp(n * log_bound)
-    slope = n * mu[w] * kappa / (1 + n * step * x_bar)
-    small = jnp.exp(jnp.log(rho) + n * log_bound - 0.5 * jnp.log(Lp) - (Lp - 1) * s[w]) <= 2
-    A = jnp.exp(-n * s)  # u_j^-n
-    B = jnp.exp(-n * log_bound)
-    # the step that carries u_w past the bound starts below it, by tau* at the latest,
-    # and adds h <= eta: the lines must hold to tau* + eta
-    t_end = jnp.maximum(A[w] - B, 0.0) / jnp.where(slope > 0, slope, 1.0) + step
+    log_b = jnp.log(rho) - 0.5 * jnp.log(Lp)  # log (rho / sqrt(L)) = log (B / L)
+    log_B = log_b + jnp.log(Lp)
+    above = s[w] > log_b
+    log_v = jnp.log(jnp.where(above, jnp.exp(s[w]) - jnp.exp(log_b), 1.0))  # log (u_w - b)
+    h_max = 0.0 if eta is None else _h_max(eta, L)
+    log_gap = jnp.log(jnp.exp(log_B) - jnp.exp(log_b))  # log (B - b)
+    sigma = 1 / (1 + n * h_max * mu[w] * jnp.exp(n * log_gap))
+    P0, P_end = jnp.exp(-n * log_v), jnp.exp(-n * log_gap)  # (u_w - b)^-n now and at B
+    speed = n * mu[w] * sigma
+    t_end = jnp.maximum(P0 - P_end, 0.0) / speed + h_max
+    tau = t_end * jnp.arange(grid + 1) / grid
+    P = P0 - speed * tau
+    # U^-n = (b + P^(-1/n))^-n, 0 past the line's end (P <= 0: the step cannot get there)
+    log_U = jnp.logaddexp(log_b, -jnp.log(jnp.maximum(P, 1e-300)) / n)
+    U_inv = jnp.where(P > 0, jnp.exp(-n * log_U), 0.0)
+    A = jnp.exp(-n * s)  # |u_k|^-n now
+    m = jnp.minimum(1.0, mu[w] / mu)
+    line = m[:, None] * (A[:, None] - n * mu[:, None] * tau[None, 1:])  # [k, cell] right ends
+    gap = line - U_inv[None, :-1] - 1e-9 * (m * A)[:, None]
     others = jnp.arange(mu.shape[0]) != w
-    ok = jnp.ones((), bool)
-    for t in (0.0, t_end):
-        line_w = A[w] - slope * t
-        line = A - n * mu * t
-        ahead = jnp.all(~others | ((line_w <= line) & (line_w / mu[w] <= line / mu)))
-        ok = ok & ahead
-    return (L >= 3) & (r_bar < 1) & (slope > 0) & small & ok
+    ok = jnp.all(~others[:, None] | (gap > 0))
+    return (L >= 3) & above & ok
 
 
 def _l2_shares_kept(s, mu, L, rho, a=None):
