@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from samflow.rules import _l2_race_to_bound
-from tests.runs import l2_log_field, l2_step
+from samflow import fate as fates
+from samflow.rules import SAM_L2, _l2_race_to_bound
+from tests.runs import certify, l2_log_field, l2_step
 
 
 def _h_max(eta, L):
@@ -117,7 +118,8 @@ def _map_race(u0, mu, L, rho, w, eta, steps):
 @pytest.mark.parametrize("depth", [3, 4, 5])
 def test_the_race_decides_states_the_old_rule_missed_and_the_map_agrees(depth):
     """From random states, the race (flow and step, eta 0.01 and 0.5) decides a superset of
-    what the rule before decided, and more; from each state only the new rule decides, a
+    what the rule before decided, and more (l2-SAM's certificate names w); from
+    each state only the new rule decides, a
     NumPy float64 step map read at every step carries w past sqrt(L) rho leading with the
     largest rate at every step (eta 0.01: up to 30,000 steps; 0.5: 3,000)."""
     rng = np.random.default_rng(300 + depth)
@@ -128,6 +130,11 @@ def test_the_race_decides_states_the_old_rule_missed_and_the_map_agrees(depth):
         assert not np.any(old & ~new), eta  # nothing the old rule decided is lost
         only = np.nonzero(new & ~old)[0]
         assert len(only) >= 10, (eta, len(only), old.sum())
+        # the rule's certificate (BalancedFlow.fate) names w: LEADS (or TAKES_OVER by w, where
+        # a take-over condition holds for it too; w leading, the run settles the same way)
+        code, winner = certify(SAM_L2, np.log(u[only]), mu[only], depth, rho, eta)
+        named = np.isin(code, (fates.LEADS, fates.TAKES_OVER)) & (winner == w[only] + 1)
+        assert np.all(named), eta
         # every state decided satisfies the proof's condition read on a fine grid
         assert np.all(_margin(u[new], mu[new], depth, rho, w[new], eta) > 0), eta
         if eta is not None:
