@@ -523,47 +523,48 @@ def _l2_middle_empties(s, mu, rho, eta=None):
     return empties
 
 
-def _l2_race_to_bound(s, mu, L, rho, w, eta=None, grid=128):
+def _l2_race_to_bound(s, mu, L, rho, w, eta=None):
     r"""Where the leader ``w`` of l2-SAM (L >= 3), below ``u_w = B = sqrt(L) rho``, provably
     reaches that bound still leading with the largest rate
     (docs/theory/regimes.md#lead-certificates-at-every-depth, *race to the bound*), for the
     flow (``eta`` None) or the discrete step. While ``w`` leads with the largest rate
     (``x_w >= x_k``, ``x_j = mu_j u_j^n``, ``n = L - 2``), ``r_k = rho c x_k <= r_w <= b /
     u_w`` (``b = rho / sqrt(L)``), so every ``F(x_k)`` lies in ``[0, x_k]`` and ``F(x_w) >=
-    mu_w u_w^n (1 - b / u_w)^(L-1)``: in ``tau`` (the sum of ``h <= _h_max(eta, L)`` for
-    the step) ``|u_k|^-n >= |u_k(0)|^-n - n mu_k tau`` (a line) and ``(u_w - b)^-n <= (u_w(0)
-    - b)^-n - n mu_w sigma tau`` (a line in the shifted ``u_w``; ``sigma = 1 / (1 + n h_max
-    mu_w (B - b)^n)``, 1 for the flow), so ``u_w^-n <= U(tau)^-n``, ``U = b + (that
-    line)^(-1/n)``. ``w`` keeps both conditions while ``U^-n < m_k (|u_k(0)|^-n - n mu_k
-    tau)``, ``m_k = min(1, mu_w / mu_k)``, for every ``k != w``, on ``[0, T* + h_max]``,
-    ``T*`` where ``U`` reaches ``B``: ``U`` rises and the line falls, so a check of each cell
-    of a uniform grid of ``grid`` cells (``U`` at its left end, the line at its right) covers
-    every ``tau`` between. Then ``u_w`` reaches ``B`` ahead, where the lead certificate
-    holds. Compared in linear space of ``u^-n`` (finite: ``u_w > b``), with a margin of
-    ``1e-9`` of the line's start for rounding."""
+    mu_w (u_w - b)^(L-1) / u_w``: in ``tau`` (the sum of ``h <= _h_max(eta, L)`` for the
+    step) ``|u_k|^-n >= |u_k(0)|^-n - n mu_k tau`` and ``(u_w - b)^-n <= P(tau) = (u_w(0) -
+    b)^-n - a tau``, ``a = n mu_w sigma``, ``sigma = 1 / (1 + n h_max mu_w (B - b)^n)`` (1
+    for the flow): lines. With ``q = P^(1/n)``, ``u_w^-n <= (q / (1 + b q))^n``, and ``w``
+    keeps both conditions while, for every ``k != w``, ``phi_k(q) = m_k (|u_k(0)|^-n - n mu_k
+    tau) - (q / (1 + b q))^n > 0`` (``m_k = min(1, mu_w / mu_k)``, ``tau = (P(0) - q^n) /
+    a``) for ``q`` from ``P(T* + h_max)^(1/n)`` (0 where that is negative: a step cannot get
+    there) to ``P(0)^(1/n)``, ``T*`` where ``u_w``'s bound reaches ``B``. ``phi_k`` is ``m_k
+    |u_k(0)|^-n - m_k n mu_k P(0) / a`` plus ``beta_k q^n - (q / (1 + b q))^n``, ``beta_k =
+    m_k n mu_k / a``, whose derivative is ``n q^(n-1) (beta_k - (1 + b q)^-(n+1))``: it falls
+    then rises, so its least value on the interval is at ``q_c = (beta_k^(-1/(n+1)) - 1) /
+    b`` held to the interval, checked there (exactly; a margin of ``1e-9`` of ``m_k
+    |u_k(0)|^-n`` for rounding). Then ``u_w`` reaches ``B`` ahead, where the lead
+    certificate holds."""
     Lp = jnp.maximum(L, 3.0)  # the lines are for L >= 3 (L = 2 masked below)
     n = Lp - 2
-    log_b = jnp.log(rho) - 0.5 * jnp.log(Lp)  # log (rho / sqrt(L)) = log (B / L)
-    log_B = log_b + jnp.log(Lp)
-    above = s[w] > log_b
-    log_v = jnp.log(jnp.where(above, jnp.exp(s[w]) - jnp.exp(log_b), 1.0))  # log (u_w - b)
+    b = rho / jnp.sqrt(Lp)
+    B = rho * jnp.sqrt(Lp)
+    above = s[w] > jnp.log(b)
+    v0 = jnp.where(above, jnp.exp(s[w]) - b, 1.0)  # u_w - b
     h_max = 0.0 if eta is None else _h_max(eta, L)
-    log_gap = jnp.log(jnp.exp(log_B) - jnp.exp(log_b))  # log (B - b)
-    sigma = 1 / (1 + n * h_max * mu[w] * jnp.exp(n * log_gap))
-    P0, P_end = jnp.exp(-n * log_v), jnp.exp(-n * log_gap)  # (u_w - b)^-n now and at B
-    speed = n * mu[w] * sigma
-    t_end = jnp.maximum(P0 - P_end, 0.0) / speed + h_max
-    tau = t_end * jnp.arange(grid + 1) / grid
-    P = P0 - speed * tau
-    # U^-n = (b + P^(-1/n))^-n, 0 past the line's end (P <= 0: the step cannot get there)
-    log_U = jnp.logaddexp(log_b, -jnp.log(jnp.maximum(P, 1e-300)) / n)
-    U_inv = jnp.where(P > 0, jnp.exp(-n * log_U), 0.0)
+    sigma = 1 / (1 + n * h_max * mu[w] * (B - b) ** n)
+    a = n * mu[w] * sigma
+    P0 = v0**-n
+    P_low = (B - b) ** -n - a * h_max  # P at T* + h_max
+    q_lo, q_hi = jnp.maximum(P_low, 0.0) ** (1 / n), 1 / v0
     A = jnp.exp(-n * s)  # |u_k|^-n now
     m = jnp.minimum(1.0, mu[w] / mu)
-    line = m[:, None] * (A[:, None] - n * mu[:, None] * tau[None, 1:])  # [k, cell] right ends
-    gap = line - U_inv[None, :-1] - 1e-9 * (m * A)[:, None]
+    beta = m * n * mu / a
+    q_c = (beta ** (-1 / (n + 1)) - 1) / b
+    q = jnp.clip(q_c, q_lo, q_hi)
+    tau = (P0 - q**n) / a
+    phi = m * (A - n * mu * tau) - (q / (1 + b * q)) ** n
     others = jnp.arange(mu.shape[0]) != w
-    ok = jnp.all(~others[:, None] | (gap > 0))
+    ok = jnp.all(~others | (phi > 1e-9 * m * A))
     return (L >= 3) & above & ok
 
 

@@ -176,9 +176,9 @@ def test_a_flow_the_race_decides_reaches_the_bound_ahead(depth):
 def test_the_race_edge_is_the_proofs(depth, eta):
     """Sharpness: from decided states, the others' u grown by a common factor f (toward w)
     until the rule stops deciding (bisection; states it still decides with the others at
-    0.999 of the tie are left out): 1% past that factor the proof's condition
-    (read pointwise on a fine grid of tau, _margin) fails, and 1% before it, it holds: the
-    rule's grid of 128 cells loses under 1% of the proof; past the edge the rule is silent."""
+    0.999 of the tie are left out): 0.01% past that factor the proof's condition (read
+    pointwise on a fine grid of tau, _margin) fails, and 0.01% before it, it holds: the
+    rule's exact minimum is the proof's, and past its edge the rule is silent."""
     rng = np.random.default_rng(320 + depth)
     rho = 0.6
     mu, u, w = _states(rng, 120, depth, rho)
@@ -201,5 +201,5 @@ def test_the_race_edge_is_the_proofs(depth, eta):
         mid = 0.5 * (lo + hi)
         yes = _rule(grown(mid), mu, depth, rho, w, eta)
         lo, hi = np.where(yes, mid, lo), np.where(yes, hi, mid)
-    assert np.all(_margin(grown(hi * 1.01), mu, depth, rho, w, eta) < 0)
-    assert np.all(_margin(grown(lo / 1.01), mu, depth, rho, w, eta) > 0)
+    assert np.all(_margin(grown(hi * 1.0001), mu, depth, rho, w, eta) < 0)
+    assert np.all(_margin(grown(lo / 1.0001), mu, depth, rho, w, eta) > 0)
