@@ -97,9 +97,11 @@ class BoundarySearch:
         rtol_alpha: relative tolerance of each edge found (at least
             :data:`MIN_RTOL_ALPHA`, below 1).
         cap_factor: a flow runner without ``tau_cap`` runs to its fate up to this many
-            times its ``tau_max`` (> 1). The default, 1e4, reaches the fates of runs that
+            times its ``tau_max`` (> 1). The default, 1e5, reaches the fates of runs that
             linger near a fixed point (l2-SAM at L = 4 just above the collapse edge decides
-            at tau of order 1e5 to 1e6); an undecided flow costs solver steps, not tau.
+            at tau of order 1e5 to 1e6) and of runs from small starts whose first phase is
+            gradient descent's (USAM at L = 4 from alpha 1e-4, rho 2.27 leaves it near tau
+            1.7e7); an undecided flow costs solver steps, not tau.
         step_cap_factor: a discrete runner without ``step_cap`` runs to its fate up to
             this many times its ``steps`` (> 1; at most ``MAX_STEPS`` steps); each step
             costs the same, so this default is lower (100).
@@ -118,7 +120,7 @@ class BoundarySearch:
     alpha_range: tuple[float, float] = (1e-3, 1e3)
     scan_points: int | None = None
     rtol_alpha: float = 1e-6
-    cap_factor: float = 1e4
+    cap_factor: float = 1e5
     step_cap_factor: float = 100.0
 
     def __post_init__(self) -> None:

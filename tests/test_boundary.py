@@ -153,13 +153,13 @@ def test_depth_3_edges_are_edges_of_the_limit(capsys):
     )
     shown = capsys.readouterr().err  # the progress bar, on stderr
     assert "scan" in shown and "bisect" in shown
-    assert ds.attrs["tau_cap"] == samflow.BoundarySearch().cap_factor * 200.0 == 2e6
+    assert ds.attrs["tau_cap"] == samflow.BoundarySearch().cap_factor * 200.0 == 2e7
     assert int(ds["n_edges_direct"]) == 1 and int(ds["why_nan_direct"]) == FOUND
     assert int(ds["n_edges_collapse"]) == 0 and int(ds["why_nan_collapse"]) == NO_EDGE
     edge = float(ds["alpha_direct"])
     assert 0.05 < edge < 0.2
     # 1e-3 on each side: ten times the bisection's tolerance, so both sides are outside
-    # the final bracket whatever the rounding. Run to the boundary's cap (2e6), a batch of
+    # the final bracket whatever the rounding. Run to the boundary's cap (2e7), a batch of
     # the bisection's size: its compiled program.
     alphas = np.array([1e-3, 2e-3, 1e-2, edge * (1 - 1e-3), edge * (1 + 1e-3)])
     regime = samflow.sweep("sam-l2", **{**problem, "runner": CAPPED}, axes={"alpha": alphas})[
