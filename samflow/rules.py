@@ -271,7 +271,9 @@ def _log_form(
         proves the major leads for ever from some finite time on (WINS_LATER: not that it
         keeps its next lead, so the run's label is known only where the path already ends
         in a return, docs/theory/regimes.md#escape-past-the-fixed-point; RETURNS: and,
-        leading now, it hands the lead on first, docs/theory/regimes.md#usam-returns).
+        leading now, it hands the lead on first, docs/theory/regimes.md#usam-returns;
+        RETURNS also where ``hands_on`` proves a minor leads later,
+        docs/theory/regimes.md#pinned-major).
         Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
@@ -706,22 +708,27 @@ def _l2_past_fixed_point(s, mu, L, rho, eta=None):
     return ok & (jnp.log(n) + jnp.log(eta) + log_x_bar + log_kink < 0)
 
 
-def _l2_hands_on(s, mu, L, rho, eta=None, phases=8192, gamma=0.002):
+def _l2_hands_on(s, mu, L, rho, eta=None, phases=2048, gamma=0.004):
     r"""Where, at odd ``L >= 3``, some minor of l2-SAM provably leads strictly within finite
     time (derived in docs/theory/regimes.md#pinned-major): a verified box integration of the
     balanced flow (``eta`` None) or step. With ``b = B / L = rho / sqrt(L)``, ``n = L - 2``,
     ``y_j = rho c x_j = b mu_j u_j^n / sqrt(mu_j^2 u_j^(2L-2) + C_j)``, ``C_j = sum_{l != j}
     mu_l^2 u_l^(2L-2)``: ``d u_j^-n / dtau = -n mu_j (1 - y_j)^(L-1)``, no ``u_j`` falls (odd
-    L), and ``y_j`` as a function of ``u_j`` rises up to ``mu_j^2 u_j^(2L-2) = n C_j`` and falls
-    after, so a box ``lo <= u <= hi`` bounds every ``y_j``, hence every factor ``k_j = (1 -
-    y_j)^(L-1)``, from both sides. Each phase of length ``Delta`` in tau (a sum of step sizes
-    ``h <= eta``, ``eta`` 0 for the flow) guesses the box ``[lo, G hi]``, bounds ``u_j^-n`` at
-    its end by ``hi_j^-n - n mu_j k_hi (Delta + eta)`` below (Bernoulli, ``(1 + hF)^-n >= 1 -
-    n h F``) and ``lo_j^-n - n mu_j k_lo (Delta - eta) / (1 + n eta mu_j (G hi_j)^n k_hi)``
-    above (``(1 + hF)^-n <= 1 / (1 + n h F)``), and holds where the new top is inside the guess
-    (the first state to leave it would contradict the bounds before it). Where some minor's
-    ``lo`` passes the major's ``hi`` at a phase's end, that minor leads there. Compared in
-    logs (``s = log u``); ``L`` is taken as at least 3 (the caller masks the rest)."""
+    L), and ``y_j`` as a function of ``u_j`` rises up to ``mu_j^2 u_j^(2L-2) = n C_j`` and
+    falls after, so a box bounds every factor ``k_j = (1 - y_j)^(L-1)`` from both sides. An
+    upper and a lower trajectory per coordinate (comparison: each one's rate is bounded at
+    its own value, the others anywhere in the box; for the step, whose map ``u (1 + h F)``
+    is increasing under the escape's step condition, by Bernoulli, ``1 - n e <= (1 +
+    e)^-n <= 1 / (1 + n e)``) are advanced in phases of ``Delta`` in tau (a sum of step
+    sizes ``h <= eta``); each phase guesses the box's top and holds where the upper
+    trajectory stays inside it (the first state to leave it would contradict the bounds
+    before it); the steps' overshoots of the phases' ends telescope, costing ``eta`` times
+    the rates' variation. Where some minor's lower trajectory passes the major's upper one
+    at a phase's end, that minor leads there. Tried only where the major leads now,
+    strictly ahead in rate, and is pinned (``|y_a - 1| <= 0.1``); ``phases`` and ``gamma``
+    (each phase's share of the fastest coordinate's ``u^-n``) bound its cost and set its
+    reach. Compared in logs (``s = log u``); ``L`` is taken as at least 3 (the caller masks
+    the rest)."""
     Lp = jnp.maximum(L, 3.0)
     n = Lp - 2
     log_mu = jnp.log(mu)
@@ -805,6 +812,10 @@ def _l2_hands_on(s, mu, L, rho, eta=None, phases=8192, gamma=0.002):
     # only where the major leads now, strictly ahead in rate (elsewhere the escape's code
     # names the run already, or nothing does); a batch loops while any state is alive
     start = (jnp.round(L) % 2 == 1) & (L >= 3) & (s[a] >= jnp.max(s)) & _ahead_in_rate(s, mu, Lp)
+    # ... and pinned, |y_a - 1| <= 0.1 (the class this is for: elsewhere the loop seldom
+    # ends in a proof, and its cost is paid at every check of the batch)
+    log_y_a = jnp.log(rho) + log_mu[a] + n * s[a] + _l2_log_c(log_mu, s, Lp)
+    start = start & (jnp.abs(jnp.expm1(log_y_a)) <= 0.1)
     A0 = jnp.exp(-n * s)
     _, k0 = factors(s, s, s, s)
     init = (A0, A0, A0, A0, k0, jnp.zeros_like(k0), start, jnp.zeros((), bool), 0)
