@@ -184,6 +184,7 @@ def _log_form(
     returns: tuple[Callable[..., Array], int] | None = None,
     blowup_won_by_rate: bool = False,
     empties: Callable[..., Array] | None = None,
+    hands_on: Callable[..., Array] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -218,6 +219,9 @@ def _log_form(
     ``empties(s, mu, rho, eta)``: where the flow (``eta`` None) or the discrete step at
     ``L = 2`` provably enters ``rho c mu_min > 1`` from the middle
     (docs/theory/regimes.md#middle-empties); None: never certified.
+    ``hands_on(s, mu, L, rho, eta)``: where some minor provably leads strictly at a later
+    time: where ``returns`` holds there, the code is :data:`samflow.fate.RETURNS` whatever
+    ``returns``' own code (docs/theory/regimes.md#pinned-major); None: never certified.
     """
 
     def field(tau, s, args):
@@ -267,7 +271,9 @@ def _log_form(
         proves the major leads for ever from some finite time on (WINS_LATER: not that it
         keeps its next lead, so the run's label is known only where the path already ends
         in a return, docs/theory/regimes.md#escape-past-the-fixed-point; RETURNS: and,
-        leading now, it hands the lead on first, docs/theory/regimes.md#usam-returns).
+        leading now, it hands the lead on first, docs/theory/regimes.md#usam-returns;
+        RETURNS also where ``hands_on`` proves a minor leads later,
+        docs/theory/regimes.md#pinned-major).
         Otherwise OPEN (a blow-up decides).
         """
         L = jnp.asarray(depth).astype(s.dtype)
@@ -318,6 +324,9 @@ def _log_form(
             where, returns_code = returns
             back = (depth >= 3) & (code == _fate.OPEN) & where(s, mu, L, rho, eta)
             code = jnp.where(back, returns_code, code)
+            if hands_on is not None:
+                # ... and a minor leads later: the major, leading now, hands the lead on first
+                code = jnp.where(back & hands_on(s, mu, L, rho, eta), _fate.RETURNS, code)
             winner = jnp.where(back, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
@@ -705,6 +714,121 @@ def _l2_past_fixed_point(s, mu, L, rho, eta=None):
     log_x_bar = jnp.log(jnp.max(mu)) + n * (log_rho + 0.5 * jnp.log(Lp))
     log_kink = n * (jnp.log(n) - jnp.log(Lp))  # log ((L-2)/L)^(L-2)
     return ok & (jnp.log(n) + jnp.log(eta) + log_x_bar + log_kink < 0)
+
+
+def _l2_hands_on(s, mu, L, rho, eta=None, phases=2048, gamma=0.004):
+    r"""Where, at odd ``L >= 3``, some minor of l2-SAM provably leads strictly within finite
+    time (derived in docs/theory/regimes.md#pinned-major): a verified box integration of the
+    balanced flow (``eta`` None) or step. With ``b = B / L = rho / sqrt(L)``, ``n = L - 2``,
+    ``y_j = rho c x_j = b mu_j u_j^n / sqrt(mu_j^2 u_j^(2L-2) + C_j)``, ``C_j = sum_{l != j}
+    mu_l^2 u_l^(2L-2)``: ``d u_j^-n / dtau = -n mu_j (1 - y_j)^(L-1)``, no ``u_j`` falls (odd
+    L), and ``y_j`` as a function of ``u_j`` rises up to ``mu_j^2 u_j^(2L-2) = n C_j`` and
+    falls after, so a box bounds every factor ``k_j = (1 - y_j)^(L-1)`` from both sides. An
+    upper and a lower trajectory per coordinate (comparison: each one's rate is bounded at
+    its own value, the others anywhere in the box; for the step, whose map ``u (1 + h F)``
+    is increasing under the escape's step condition, by Bernoulli, ``1 - n e <= (1 +
+    e)^-n <= 1 / (1 + n e)``) are advanced in phases of ``Delta`` in tau (a sum of step
+    sizes ``h <= eta``); each phase guesses the box's top and holds where the upper
+    trajectory stays inside it (the first state to leave it would contradict the bounds
+    before it); the steps' overshoots of the phases' ends telescope, costing ``eta`` times
+    the rates' variation. Where some minor's lower trajectory passes the major's upper one
+    at a phase's end, that minor leads there. Tried only where the major leads now,
+    strictly ahead in rate, and is pinned (``|y_a - 1| <= 0.1``); ``phases`` and ``gamma``
+    (each phase's share of the fastest coordinate's ``u^-n``) bound its cost and set its
+    reach. Compared in logs (``s = log u``); ``L`` is taken as at least 3 (the caller masks
+    the rest)."""
+    Lp = jnp.maximum(L, 3.0)
+    n = Lp - 2
+    log_mu = jnp.log(mu)
+    log_b = jnp.log(rho) - 0.5 * jnp.log(Lp)
+    a = jnp.argmax(mu)
+    idx = jnp.arange(mu.shape[0])
+    others = idx[None, :] != idx[:, None]  # [j, l]
+    step = 0.0 if eta is None else eta
+
+    def log_y(log_u, log_C):  # log y_j at u_j = e^log_u, the others' sum C_j
+        return (
+            log_b
+            + log_mu
+            + n * log_u
+            - 0.5 * jnp.logaddexp(2 * log_mu + (2 * Lp - 2) * log_u, log_C)
+        )
+
+    def factors(log_p, log_r, log_lo, log_hi):
+        # bounds of (1 - y_j)^(L-1) with u_j in [p_j, r_j], every other u_l in [lo_l, hi_l]
+        P_lo, P_hi = 2 * log_mu + (2 * Lp - 2) * log_lo, 2 * log_mu + (2 * Lp - 2) * log_hi
+        C_lo = jax.nn.logsumexp(jnp.where(others, P_lo[None, :], -jnp.inf), axis=1)
+        C_hi = jax.nn.logsumexp(jnp.where(others, P_hi[None, :], -jnp.inf), axis=1)
+        peak = (jnp.log(n) + C_lo - 2 * log_mu) / (2 * Lp - 2)
+        y_hi = jnp.exp(log_y(jnp.clip(peak, log_p, log_r), C_lo))
+        y_lo = jnp.exp(jnp.minimum(log_y(log_p, C_hi), log_y(log_r, C_hi)))
+        far, near = jnp.abs(1 - y_lo), jnp.abs(1 - y_hi)
+        k_hi = jnp.maximum(far, near) ** (Lp - 1)
+        k_lo = jnp.where((y_lo <= 1) & (y_hi >= 1), 0.0, jnp.minimum(far, near) ** (Lp - 1))
+        return k_lo, k_hi
+
+    def log_u(A):  # u from u^-n (A <= 0: past a blow-up)
+        return jnp.where(A > 0, -jnp.log(jnp.where(A > 0, A, 1.0)) / n, jnp.inf)
+
+    def phase(carry):
+        # u^-n bounds at the phase's first state t_i (tau_(t_i) = T_i + e_i, 0 <= e_i < eta):
+        # of the upper trajectory, from Vl down to S = V - n mu k_prev eta; of the lower one,
+        # from Wf - n mu kl_prev eta up to W (each sum over phases drops only the e_i terms
+        # that telescope: derived in docs/theory/regimes.md#pinned-major)
+        V, Vl, W, Wf, k_prev, kl_prev, alive, led, i = carry
+        S = V - n * mu * k_prev * step
+        log_from, log_lo = log_u(Vl), log_u(W)
+        # Delta: the fastest coordinate's u^-n falls by gamma of itself at its last rate
+        delta = gamma * jnp.min(S / (n * mu * jnp.maximum(k_prev, 1e-300)))
+
+        def guess(k):  # the box's top where u^-n falls at twice the rate k
+            return log_u(S - 2 * n * mu * k * delta)
+
+        log_guess = guess(k_prev)
+        for _ in range(3):  # refine the guess from its own rates (only the last is checked)
+            log_guess = guess(factors(log_from, log_guess, log_lo, log_guess)[1])
+        # the upper trajectory: its own value in [from, guess], the others in the box
+        k_hi = factors(log_from, log_guess, log_lo, log_guess)[1]
+        top = S - n * mu * k_hi * delta
+        # the lower one: its own value from W up to its far end at the box's fastest rate
+        k_far = factors(log_lo, log_guess, log_lo, log_guess)[1]
+        log_far = log_u(Wf - n * mu * (kl_prev * step + k_far * delta))
+        k_lo = factors(log_lo, jnp.minimum(log_far, log_guess), log_lo, log_guess)[0]
+        x_bar = jnp.exp(log_mu + n * log_guess) * k_hi
+        kl = k_lo / (1 + n * step * x_bar)  # the lower rate per unit of tau
+        ok_now = alive & ~led & jnp.all((top > 0) & (log_u(top) <= log_guess))
+        V_new = jnp.minimum(V, V - n * mu * (k_hi * delta + step * jnp.maximum(k_prev - k_hi, 0)))
+        Vl_new = jnp.minimum(
+            Vl, Vl - n * mu * (k_hi * delta - step * jnp.maximum(k_hi - k_prev, 0))
+        )
+        W_new = jnp.minimum(W, W - n * mu * (kl * delta - step * jnp.maximum(kl - kl_prev, 0)))
+        Wf_new = Wf - n * mu * (kl * delta + step * jnp.maximum(kl_prev - kl, 0))
+        # at the next phase's first state: u_k >= W_new^(-1/n), u_a <= (V_new - n mu k eta)^(-1/n)
+        log_top_a = log_u(V_new - n * mu * k_hi * step)[a]
+        passed = (idx != a) & (log_u(W_new) > log_top_a)
+        led_new = led | (ok_now & jnp.any(passed))
+        # past B ahead of every minor, the major keeps the lead (the lead certificate): stop
+        log_bottom_a = log_u(W_new)[a]
+        kept = (log_bottom_a > log_b + 0.5 * jnp.log(Lp) + jnp.log(Lp)) & jnp.all(
+            (idx == a) | (log_u(V_new - n * mu * k_hi * step) < log_bottom_a)
+        )
+        new = (V_new, Vl_new, W_new, Wf_new, k_hi, kl)
+        keep = (V, Vl, W, Wf, k_prev, kl_prev)
+        carry = tuple(jnp.where(ok_now, x, y) for x, y in zip(new, keep, strict=True))
+        return (*carry, ok_now & ~led_new & ~kept, led_new, i + 1)
+
+    # only where the major leads now, strictly ahead in rate (elsewhere the escape's code
+    # names the run already, or nothing does); a batch loops while any state is alive
+    start = (jnp.round(L) % 2 == 1) & (L >= 3) & (s[a] >= jnp.max(s)) & _ahead_in_rate(s, mu, Lp)
+    # ... and pinned, |y_a - 1| <= 0.1 (the class this is for: elsewhere the loop seldom
+    # ends in a proof, and its cost is paid at every check of the batch)
+    log_y_a = jnp.log(rho) + log_mu[a] + n * s[a] + _l2_log_c(log_mu, s, Lp)
+    start = start & (jnp.abs(jnp.expm1(log_y_a)) <= 0.1)
+    A0 = jnp.exp(-n * s)
+    _, k0 = factors(s, s, s, s)
+    init = (A0, A0, A0, A0, k0, jnp.zeros_like(k0), start, jnp.zeros((), bool), 0)
+    *_, led, _ = jax.lax.while_loop(lambda c: c[6] & (c[8] < phases), phase, init)
+    return start & led
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
@@ -1444,6 +1568,7 @@ SAM_L2 = PerturbationRule(
         returns=(_l2_past_fixed_point, _fate.WINS_LATER),
         blowup_won_by_rate=True,
         empties=_l2_middle_empties,
+        hands_on=_l2_hands_on,
     ),
     layers_alike=_l2_alike,
 )
