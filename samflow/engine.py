@@ -349,7 +349,16 @@ def _certifiable(setup: Setup, n: int) -> bool:
 
 
 def _discrete_fate(
-    setup: Setup, watched, beta_last: Array, theta0: Array, X: Array, y: Array, depth, rho, eta
+    setup: Setup,
+    watched,
+    beta_last: Array,
+    theta0: Array,
+    X: Array,
+    y: Array,
+    depth,
+    rho,
+    eta,
+    at_end: bool = False,
 ) -> tuple[Array, Array]:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``, at the
     state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there;
@@ -367,7 +376,8 @@ def _discrete_fate(
     step ran) on one point ``mu > 0`` with ``y = +1``, the rule's
     :meth:`samflow.rules.BalancedFlow.fate` for the discrete map with step ``eta`` at
     the last record (``|u_j| = |beta_j|^(1/L)``, signed as beta for a rule solved in ``u``;
-    at L = 1 the winner must also be positive).
+    at L = 1 the winner must also be positive); ``at_end`` (static): the run's last state,
+    with :attr:`samflow.rules.BalancedFlow.end_fate`.
     """
     path, floor = watched
     frozen = jnp.isinf(floor)
@@ -386,7 +396,16 @@ def _discrete_fate(
     # The certificate's state: s = log |u|, or for a rule solved in u (linf-SAM) the signed
     # u = sign(beta) |beta|^(1/L) (at even L the rule's step is odd in u: |u| is the state).
     state = s if closed.formulation == "log" else jnp.sign(beta_last) * jnp.exp(s)
-    code, winner = jax.vmap(closed.fate, in_axes=(-1, -1, 0, 0, 0))(state, mu, depth, rho, eta)
+    if at_end and not setup.padding:
+        # One depth (the row count): the end's certificate specialises to it, as a flow's
+        # does (at L = 2 it leaves out what only odd depths try).
+        static, end_fate = theta0.shape[0], closed.end_fate
+        code, winner = jax.vmap(
+            lambda st, m, r, e: end_fate(st, m, static, r, e), in_axes=(-1, -1, 0, 0)
+        )(state, mu, rho, eta)
+    else:
+        certificate = closed.end_fate if at_end else closed.fate
+        code, winner = jax.vmap(certificate, in_axes=(-1, -1, 0, 0, 0))(state, mu, depth, rho, eta)
     at_winner = jnp.take_along_axis(beta_last, (winner - 1)[None], axis=0)[0]
     one_point = jnp.all(mu > 0, axis=0) & (y[0] > 0)
     certified = equal & one_point
@@ -450,8 +469,8 @@ def _discrete_tile(setup: Setup) -> Callable:
         if setup.sampling is not None:
             point_keys = jax.random.wrap_key_data(jnp.moveaxis(key, -1, 0))
 
-        def fate(watched, beta):
-            return _discrete_fate(setup, watched, beta, theta0, X, y, depth, rho, eta)
+        def fate(watched, beta, at_end=False):
+            return _discrete_fate(setup, watched, beta, theta0, X, y, depth, rho, eta, at_end)
 
         extension = None  # where nothing can be certified, a longer run decides nothing
         if setup.step_cap is not None and _certifiable(setup, X.shape[0]):
@@ -482,7 +501,7 @@ def _discrete_tile(setup: Setup) -> Callable:
         )
         # Taken to its fate, the run is labelled where it stopped, past its records.
         beta_end = traj.tracker[0].beta_last if extension is None else traj.beta_end
-        end_fate, winner = fate(traj.watched, beta_end)
+        end_fate, winner = fate(traj.watched, beta_end, at_end=True)
         out = finish(
             traj.tracker[0],
             traj.tracked,

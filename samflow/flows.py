@@ -625,6 +625,8 @@ class Formulated(NamedTuple):
         speed: solved time = ``speed * tau``.
         certify: ``y -> (code, winner)``, the certificate of a state
             (:meth:`samflow.rules.BalancedFlow.fate`), or None.
+        certify_end: the same at the run's last state
+            (:attr:`samflow.rules.BalancedFlow.end_fate`), or None.
         singular: whether the solve follows the finite-time singularities of
         docs/theory/balanced.md#balanced-initialisation (a collapse event at ``beta -> 0``, the
         blow-up edge lowered for L >= 3):
@@ -643,6 +645,7 @@ class Formulated(NamedTuple):
     speed: Array
     certify: Callable | None
     singular: bool
+    certify_end: Callable | None = None
 
 
 def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
@@ -658,7 +661,7 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
     mask = layer_mask(depth, n_layers, dtype)
     tiny = jnp.finfo(dtype).tiny
     one = jnp.ones((), dtype)
-    certify = None
+    certify = certify_end = None
 
     def identity(y):
         return y
@@ -695,6 +698,9 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
             def certify(y):
                 return closed.fate(y, mu, field_depth, c * rho)
 
+            def certify_end(y):
+                return closed.end_fate(y, mu, field_depth, c * rho)
+
         def to_theta(y):
             return _to_theta(y, form, n_layers, depth)
 
@@ -724,7 +730,7 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
 
     return Formulated(
         y0, field, args, beta_of, log_beta, log_beta_max, to_theta, unscale, speed, certify,
-        model.closed_forms,
+        model.closed_forms, certify_end,
     )  # fmt: skip
 
 
@@ -855,7 +861,8 @@ def integrate(
         cond_fn,
     )  # fmt: skip
     ys, y_end, event, failed = _ended(sol)
-    cert_end = certificate(y_end)
+    # The last state's certificate with what is tried only there (BalancedFlow.end_fate).
+    cert_end = None if f.certify_end is None else f.certify_end(y_end)
     if f.singular:
         certified_stop = event & (edges(y_end, cert_end) >= 0)  # the event fired inside the edges
         shrunk = event & ~certified_stop & (log_beta_max(y_end) < low + 1)

@@ -152,12 +152,24 @@ class BalancedFlow:
     finite): GD, l2-SAM and USAM declare it. False (the default, a rule of yours): the
     blow-up decides nothing (the leader at the solver's guard can still lose a race
     beyond it); the run is labelled only where ``fate`` decides it at the stop.
+
+    ``fate_at_end`` (optional, same signature): the certificate at the end of a run only
+    (the last state of a flow or of a discrete run taken to its fate), where it may add
+    what is too costly to try at every check of a run (a solver step of a flow, each
+    chunk of a discrete run's extension): every code :attr:`fate` gives, and more. A run
+    it decides is labelled at its end, not stopped earlier.
     """
 
     formulation: str
     field: Callable[[Array, Array, tuple], Array]
     fate: Callable[..., tuple[Array, Array]] | None = None
     blowup_won_by_rate: bool = False
+    fate_at_end: Callable[..., tuple[Array, Array]] | None = None
+
+    @property
+    def end_fate(self) -> Callable[..., tuple[Array, Array]] | None:
+        """The certificate tried at a run's end: :attr:`fate_at_end`, else :attr:`fate`."""
+        return self.fate if self.fate_at_end is None else self.fate_at_end
 
     def __post_init__(self) -> None:
         if not isinstance(self.blowup_won_by_rate, bool):
@@ -221,7 +233,9 @@ def _log_form(
     (docs/theory/regimes.md#middle-empties); None: never certified.
     ``hands_on(s, mu, L, rho, eta)``: where some minor provably leads strictly at a later
     time: where ``returns`` holds there, the code is :data:`samflow.fate.RETURNS` whatever
-    ``returns``' own code (docs/theory/regimes.md#pinned-major); None: never certified.
+    ``returns``' own code (docs/theory/regimes.md#pinned-major); tried only at a run's end
+    (:attr:`BalancedFlow.fate_at_end`: ``fate(..., at_end=True)``), a verified
+    integration too costly for every check; None: never certified.
     """
 
     def field(tau, s, args):
@@ -235,7 +249,7 @@ def _log_form(
         r = jnp.exp(jnp.log(rho) + log_mu + lift + log_c(log_mu, s, L))
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
-    def fate(s, mu, depth, rho, eta=None):
+    def fate(s, mu, depth, rho, eta=None, at_end=False):
         """Certificate of the log form (docs/theory/regimes.md#labels-of-the-limit), for the rules
         whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
         ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
@@ -324,13 +338,20 @@ def _log_form(
             where, returns_code = returns
             back = (depth >= 3) & (code == _fate.OPEN) & where(s, mu, L, rho, eta)
             code = jnp.where(back, returns_code, code)
-            if hands_on is not None:
+            odd = not isinstance(depth, int | np.integer) or (depth >= 3 and depth % 2 == 1)
+            if hands_on is not None and at_end and odd:  # a static even depth: never
                 # ... and a minor leads later: the major, leading now, hands the lead on first
+                # (a verified integration of up to thousands of phases: at the run's end only)
                 code = jnp.where(back & hands_on(s, mu, L, rho, eta), _fate.RETURNS, code)
             winner = jnp.where(back, _major(mu), winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
-    return BalancedFlow("log", field, fate, blowup_won_by_rate)
+    def fate_at_end(s, mu, depth, rho, eta=None):
+        """:func:`fate` at a run's last state, ``hands_on`` included."""
+        return fate(s, mu, depth, rho, eta, at_end=True)
+
+    at_end = None if hands_on is None else fate_at_end
+    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end)
 
 
 def _gd_log_c(log_mu, s, L):

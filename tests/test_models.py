@@ -430,10 +430,12 @@ def test_default_sweep_key_is_unchanged():
     linf-SAM's first blow-up, l2-SAM's middle at depth two and its take-over by a minor;
     5264b7b5555fee57 before) and limit-8 (the discrete collapse at L = 2 with h <= eta / 2,
     l2-SAM's middle that empties, crossing bound and region that outlasts;
-    7f8ed0936188d315 before), so that no chunk of an old key is ever resumed."""
+    7f8ed0936188d315 before) and limit-9 (l2-SAM's exact race to the bound and its pinned
+    major that hands the lead on; 7be61b4696a064a4 before), so that no chunk of an old key
+    is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert spec.summaries is None and spec.key() == "7be61b4696a064a4"
+    assert spec.summaries is None and spec.key() == "8061127e6828820c"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 

@@ -61,8 +61,11 @@ def test_pinned_major_hands_on(L):
     rng = np.random.default_rng(38 + L)
     u, mu, rho = _states(rng, 12, L, (1.0, 1.03), (0.002, 0.02))
     for eta in (None, 0.01, 0.05):
-        code, winner = certify(SAM_L2, np.log(u), mu, L, rho, eta)
+        code, winner = certify(SAM_L2, np.log(u), mu, L, rho, eta, at_end=True)
         certified = code == fates.RETURNS
+        # tried at a run's end only (BalancedFlow.fate_at_end), not at every check
+        checked, _ = certify(SAM_L2, np.log(u), mu, L, rho, eta)
+        assert not np.any(checked == fates.RETURNS), eta
         if eta is None:
             flow_certified = certified
         assert np.sum(certified) >= 6, (eta, code)
@@ -95,6 +98,6 @@ def test_released_major_not_certified():
     rng = np.random.default_rng(7)
     u, mu, rho = _states(rng, 12, 3, (0.5, 0.8), (0.002, 0.02))
     for eta in (None, 0.01):
-        code, _ = certify(SAM_L2, np.log(u), mu, 3, rho, eta)
+        code, _ = certify(SAM_L2, np.log(u), mu, 3, rho, eta, at_end=True)
         assert not np.any(code == fates.RETURNS), eta
     assert np.all(_map(u, mu, 3, rho, 0.01, 40_000) < 0)

@@ -44,9 +44,12 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-8"
+LABELS = "limit-9"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
-under another meaning (limit-7: before this stop's certificates: the discrete collapse at
+under another meaning (limit-8: before l2-SAM's exact race to the bound,
+docs/theory/regimes.md#lead-certificates-at-every-depth, and its pinned major that hands
+the lead on at odd L, docs/theory/regimes.md#pinned-major; limit-7: before those
+certificates: the discrete collapse at
 L = 2 with the step's bound h <= eta / 2,
 docs/theory/regimes.md#discrete-collapse-at-depth-two, l2-SAM's middle that empties into
 collapse, docs/theory/regimes.md#middle-empties, its crossing bound at odd L,
