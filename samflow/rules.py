@@ -828,7 +828,8 @@ def _l2_hands_on(s, mu, L, rho, eta=None, phases=2048, gamma=0.004):
         log_top_a = log_u(V_new - n * mu * k_hi * step)[a]
         passed = (idx != a) & (log_u(W_new) > log_top_a)
         led_new = led | (ok_now & jnp.any(passed))
-        # past B ahead of every minor, the major keeps the lead (the lead certificate): stop
+        # past L rho (above B = sqrt(L) rho) ahead of every minor, the major keeps the lead
+        # (the lead certificate): stop, without a proof
         log_bottom_a = log_u(W_new)[a]
         kept = (log_bottom_a > log_b + 0.5 * jnp.log(Lp) + jnp.log(Lp)) & jnp.all(
             (idx == a) | (log_u(V_new - n * mu * k_hi * step) < log_bottom_a)
@@ -842,7 +843,7 @@ def _l2_hands_on(s, mu, L, rho, eta=None, phases=2048, gamma=0.004):
     # names the run already, or nothing does); a batch loops while any state is alive
     start = (jnp.round(L) % 2 == 1) & (L >= 3) & (s[a] >= jnp.max(s)) & _ahead_in_rate(s, mu, Lp)
     # ... and pinned, |y_a - 1| <= 0.1 (the class this is for: elsewhere the loop seldom
-    # ends in a proof, and its cost is paid at every check of the batch)
+    # ends in a proof, and a batch pays for its longest loop)
     log_y_a = jnp.log(rho) + log_mu[a] + n * s[a] + _l2_log_c(log_mu, s, Lp)
     start = start & (jnp.abs(jnp.expm1(log_y_a)) <= 0.1)
     A0 = jnp.exp(-n * s)
