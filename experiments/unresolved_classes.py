@@ -22,6 +22,13 @@ each split by whether max_j u_j is above its start (grow) or below (shrink).
     PYTHONPATH=. python experiments/unresolved_classes.py --grid issue --depth 3 --cap 100
     PYTHONPATH=. python experiments/unresolved_classes.py --grid random --method gd --depth 4
     PYTHONPATH=. python experiments/unresolved_classes.py --grid figure --method usam --depth 4
+    PYTHONPATH=. python experiments/unresolved_classes.py --grid figure --depth 4 --follow 1e4
+
+``--follow F``: each unresolved run on its own, a line each: its class, the step's size
+in rescaled time at the stop (``h = eta |l'(z~)|``, log10: a run whose loss fell to
+1e-60 in its first steps moves by ~1e-60 of the flow's time a step, and no cap takes it
+far), the label of the same run with ``F`` times the steps as its cap, and the label and
+stop of the flow from the same start (the figures' flow settings).
 
 Grids: ``figure`` and ``random`` as experiments/unresolved_shares.py (n = 8: eta 0.01,
 2,000 steps); ``issue``: the grid of issue 38 (mu (1, 2, 3, 4), alpha 0.02..5 (24, log) x
@@ -36,7 +43,7 @@ import collections
 import time
 
 import numpy as np
-from unresolved_shares import ETA, STEPS, _at, grids
+from unresolved_shares import ETA, STEPS, _at, grids, runner
 
 import samflow
 
@@ -57,6 +64,30 @@ def end_states(method, mu, u0, L, rho, eta, steps):
         zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
         u = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
     return u
+
+
+def step_size(method, mu, u, L, rho, eta) -> float:
+    """``eta |l'(z~)|`` at state ``u`` (the step's length in rescaled time), as classify."""
+    u = np.abs(u)
+    m = mu * u ** (L - 1)
+    if method == "usam":
+        c = 1.0 / (1.0 + np.exp(min(np.sum(mu * u**L), 700.0)))
+    else:
+        c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
+    w = u * (1 - rho * c * mu * u ** (L - 2))
+    return float(eta / (1 + np.exp(min(np.sum(mu * w**L), 700.0))))
+
+
+def follow(method, mu, u0, L, rho, eta, steps, factor) -> str:
+    """The run on its own with ``factor`` times the steps as cap, and its flow."""
+    kw = dict(depth=L, mu=list(mu), alpha_per_coord=list(u0))
+    if method != "gd":
+        kw["rho"] = rho
+    cap = samflow.Discrete(eta=eta, steps=steps, step_cap=int(factor * steps))
+    longer = samflow.trajectory(method, runner=cap, **kw).attrs["regime_meaning"]
+    flow = samflow.trajectory(method, runner=runner("flow"), **kw)
+    stop = f"stop tau {flow.attrs['stop_tau']:.3g}"
+    return f"cap {factor:g}x: {longer}; flow: {flow.attrs['regime_meaning']} ({stop})"
 
 
 def classify(method, mu, u, L, rho, eta, u0) -> str:
@@ -98,6 +129,7 @@ def main() -> None:
     parser.add_argument("--method", default="sam-l2")
     parser.add_argument("--depth", type=int, default=3)
     parser.add_argument("--cap", type=float, default=100.0)
+    parser.add_argument("--follow", type=float, default=0.0, help="rerun each with this cap")
     args = parser.parse_args()
     L = args.depth
     if args.grid == "issue":
@@ -111,8 +143,8 @@ def main() -> None:
             kw["axes"].pop("rho", None)
     cap = int(args.cap * steps) if args.cap else None
     t0 = time.time()
-    runner = samflow.Discrete(eta=eta, steps=steps, step_cap=cap)
-    ds = samflow.sweep(args.method, depth=L, runner=runner, **kw)
+    discrete = samflow.Discrete(eta=eta, steps=steps, step_cap=cap)
+    ds = samflow.sweep(args.method, depth=L, runner=discrete, **kw)
     if "depth" in ds.dims:
         ds = ds.isel(depth=0)
     reg = ds["regime"].values
@@ -129,7 +161,16 @@ def main() -> None:
         mu, u0 = np.array(mus), np.array(u0s)
         u = end_states(args.method, mu, u0, L, rhos, eta, cap or steps)
         for i in range(len(mu)):
-            counts[classify(args.method, mu[i], u[i], L, rhos[i], eta, u0[i])] += 1
+            name = classify(args.method, mu[i], u[i], L, rhos[i], eta, u0[i])
+            counts[name] += 1
+            if args.follow:
+                h = step_size(args.method, mu[i], u[i], L, rhos[i], eta)
+                more = follow(args.method, mu[i], u0[i], L, rhos[i], eta, steps, args.follow)
+                print(
+                    f"  rho {rhos[i]:.3g}, u0 {np.array2string(u0[i], precision=3)}: {name}, "
+                    f"log10 h {np.log10(h):.1f}; {more}",
+                    flush=True,
+                )
     print(
         f"{args.grid} {args.method} L={L} step_cap={cap}: unresolved {int((reg == 0).sum())} "
         f"of {reg.size}: {dict(sorted(counts.items()))} [{time.time() - t0:.0f} s]"
