@@ -28,7 +28,8 @@ each split by whether max_j u_j is above its start (grow) or below (shrink).
 in rescaled time at the stop (``h = eta |l'(z~)|``, log10: a run whose loss fell to
 1e-60 in its first steps moves by ~1e-60 of the flow's time a step, and no cap takes it
 far), the label of the same run with ``F`` times the steps as its cap, and the label and
-stop of the flow from the same start (the figures' flow settings).
+stop of the flow from the same start and from the map's state at the stop (the figures'
+flow settings).
 
 Grids: ``figure`` and ``random`` as experiments/unresolved_shares.py (n = 8: eta 0.01,
 2,000 steps); ``issue``: the grid of issue 38 (mu (1, 2, 3, 4), alpha 0.02..5 (24, log) x
@@ -78,16 +79,26 @@ def step_size(method, mu, u, L, rho, eta) -> float:
     return float(eta / (1 + np.exp(min(np.sum(mu * w**L), 700.0))))
 
 
-def follow(method, mu, u0, L, rho, eta, steps, factor) -> str:
-    """The run on its own with ``factor`` times the steps as cap, and its flow."""
-    kw = dict(depth=L, mu=list(mu), alpha_per_coord=list(u0))
+def follow(method, mu, u0, u_end, L, rho, eta, steps, factor) -> str:
+    """The run on its own with ``factor`` times the steps as cap, its flow, and the flow
+    from the map's state at the stop ``u_end`` (where a proof that small steps keep to
+    the flow would have to carry the map)."""
+    kw = dict(depth=L, mu=list(mu))
     if method != "gd":
         kw["rho"] = rho
     cap = samflow.Discrete(eta=eta, steps=steps, step_cap=int(factor * steps))
-    longer = samflow.trajectory(method, runner=cap, **kw).attrs["regime_meaning"]
-    flow = samflow.trajectory(method, runner=runner("flow"), **kw)
-    stop = f"stop tau {flow.attrs['stop_tau']:.3g}"
-    return f"cap {factor:g}x: {longer}; flow: {flow.attrs['regime_meaning']} ({stop})"
+    longer = samflow.trajectory(method, runner=cap, alpha_per_coord=list(u0), **kw)
+    flows = [
+        samflow.trajectory(method, runner=runner("flow"), alpha_per_coord=list(u), **kw)
+        for u in (u0, np.abs(u_end))
+    ]
+    start, end = (
+        f"{f.attrs['regime_meaning']} (stop tau {f.attrs['stop_tau']:.3g})" for f in flows
+    )
+    return (
+        f"cap {factor:g}x: {longer.attrs['regime_meaning']}; flow: {start}; "
+        f"flow from the stop: {end}"
+    )
 
 
 def classify(method, mu, u, L, rho, eta, u0) -> str:
@@ -165,7 +176,7 @@ def main() -> None:
             counts[name] += 1
             if args.follow:
                 h = step_size(args.method, mu[i], u[i], L, rhos[i], eta)
-                more = follow(args.method, mu[i], u0[i], L, rhos[i], eta, steps, args.follow)
+                more = follow(args.method, mu[i], u0[i], u[i], L, rhos[i], eta, steps, args.follow)
                 print(
                     f"  rho {rhos[i]:.3g}, u0 {np.array2string(u0[i], precision=3)}: {name}, "
                     f"log10 h {np.log10(h):.1f}; {more}",
