@@ -44,7 +44,7 @@ import collections
 import time
 
 import numpy as np
-from unresolved_shares import ETA, STEPS, _at, grids, runner
+from unresolved_shares import ETA, STEPS, _at, _c, grids, runner
 
 import samflow
 
@@ -67,16 +67,17 @@ def end_states(method, mu, u0, L, rho, eta, steps):
     return u
 
 
-def step_size(method, mu, u, L, rho, eta) -> float:
-    """``eta |l'(z~)|`` at state ``u`` (the step's length in rescaled time), as classify."""
-    u = np.abs(u)
-    m = mu * u ** (L - 1)
-    if method == "usam":
-        c = 1.0 / (1.0 + np.exp(min(np.sum(mu * u**L), 700.0)))
-    else:
-        c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
+def _h(mu, u, L, rho, c, eta) -> float:
+    """``eta |l'(z~)|`` at ``u > 0`` with the rule's ``c``: the step's length in rescaled
+    time (the perturbed point ``w = u (1 - rho c x)``)."""
     w = u * (1 - rho * c * mu * u ** (L - 2))
     return float(eta / (1 + np.exp(min(np.sum(mu * w**L), 700.0))))
+
+
+def step_size(method, mu, u, L, rho, eta) -> float:
+    """``eta |l'(z~)|`` at state ``u``, the rule's ``c`` from experiments/unresolved_shares."""
+    u = np.abs(u)
+    return _h(mu, u, L, rho, _c(method, u, mu, L), eta)
 
 
 def follow(method, mu, u0, u_end, L, rho, eta, steps, factor) -> str:
@@ -111,8 +112,7 @@ def classify(method, mu, u, L, rho, eta, u0) -> str:
         c = 0.0 if method == "gd" else 1.0 / np.sqrt(L * np.sum(m * m))
     x = mu * u ** (L - 2)
     F = x * (1 - rho * c * x) ** (L - 1)
-    w = u * (1 - rho * c * x)
-    h = eta / (1 + np.exp(min(np.sum(mu * w**L), 700.0)))
+    h = _h(mu, u, L, rho, c, eta)
     trend = "grow" if np.max(u) >= np.max(u0) else "shrink"
     if np.max(np.abs(h * F)) < 1e-15:
         return f"c-stall ({trend})"
