@@ -623,8 +623,8 @@ class Formulated(NamedTuple):
         to_theta: ``y -> theta`` ``[L_max, d]`` of a state mapped back by ``unscale``.
         unscale: a solved state -> the state of the problem as given (undoes ``c``).
         speed: solved time = ``speed * tau``.
-        certify: ``y -> (code, winner)``, the certificate of a state
-            (:meth:`samflow.rules.BalancedFlow.fate`), or None.
+        certify: ``y -> (code, winner)``, the certificate the solver checks at each step
+            (:attr:`samflow.rules.BalancedFlow.step_fate`), or None.
         certify_end: the same at the run's last state
             (:attr:`samflow.rules.BalancedFlow.end_fate`), or None.
         singular: whether the solve follows the finite-time singularities of
@@ -696,7 +696,7 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
         if closed.fate is not None:
 
             def certify(y):
-                return closed.fate(y, mu, field_depth, c * rho)
+                return closed.step_fate(y, mu, field_depth, c * rho)
 
             def certify_end(y):
                 return closed.end_fate(y, mu, field_depth, c * rho)

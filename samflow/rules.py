@@ -158,6 +158,13 @@ class BalancedFlow:
     what is too costly to try at every check of a run (a solver step of a flow, each
     chunk of a discrete run's extension): every code :attr:`fate` gives, and more. A run
     it decides is labelled at its end, not stopped earlier.
+
+    ``fate_in_step`` (optional, same signature): the certificate a flow's solver checks
+    at every step (its stopping event), where it may leave out what costs more than the
+    step itself: every code it gives, :attr:`fate` gives too. A run that only
+    :attr:`fate` decides then goes on until ``fate_in_step`` decides it or the run ends,
+    where :attr:`end_fate` is tried. Discrete runs check :attr:`fate` (once per chunk of
+    steps).
     """
 
     formulation: str
@@ -165,11 +172,18 @@ class BalancedFlow:
     fate: Callable[..., tuple[Array, Array]] | None = None
     blowup_won_by_rate: bool = False
     fate_at_end: Callable[..., tuple[Array, Array]] | None = None
+    fate_in_step: Callable[..., tuple[Array, Array]] | None = None
 
     @property
     def end_fate(self) -> Callable[..., tuple[Array, Array]] | None:
         """The certificate tried at a run's end: :attr:`fate_at_end`, else :attr:`fate`."""
         return self.fate if self.fate_at_end is None else self.fate_at_end
+
+    @property
+    def step_fate(self) -> Callable[..., tuple[Array, Array]] | None:
+        """The certificate a flow's solver checks at every step: :attr:`fate_in_step`,
+        else :attr:`fate`."""
+        return self.fate if self.fate_in_step is None else self.fate_in_step
 
     def __post_init__(self) -> None:
         if not isinstance(self.blowup_won_by_rate, bool):
@@ -249,7 +263,7 @@ def _log_form(
         r = jnp.exp(jnp.log(rho) + log_mu + lift + log_c(log_mu, s, L))
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
-    def fate(s, mu, depth, rho, eta=None, at_end=False):
+    def fate(s, mu, depth, rho, eta=None, at_end=False, in_step=False):
         """Certificate of the log form (docs/theory/regimes.md#labels-of-the-limit), for the rules
         whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
         ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
@@ -295,7 +309,9 @@ def _log_form(
         top2 = jnp.sort(mu)[-2:] if mu.shape[0] > 1 else jnp.concatenate([mu, jnp.zeros(1)])
         region = rho * c * jnp.sum(top2) < 1
         shrink = rho * c * jnp.min(mu) > 1
-        if empties is not None:  # the middle empties into it (used at depth 2 only)
+        if empties is not None and not in_step:  # the middle empties into it (depth 2)
+            # (a search of 60 halvings: not at each step of a flow, whose own steps cost
+            # less; a run it decides goes on into rho c mu_min > 1, which decides it)
             shrink = shrink | empties(s, mu, rho, eta)
         if eta is not None:
             shrink = shrink & (False if step_collapse is None else step_collapse(mu, rho, eta))
@@ -350,8 +366,13 @@ def _log_form(
         """:func:`fate` at a run's last state, ``hands_on`` included."""
         return fate(s, mu, depth, rho, eta, at_end=True)
 
+    def fate_in_step(s, mu, depth, rho, eta=None):
+        """:func:`fate` at a step of a flow's solver, ``empties`` left out."""
+        return fate(s, mu, depth, rho, eta, in_step=True)
+
     at_end = None if hands_on is None else fate_at_end
-    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end)
+    in_step = None if empties is None else fate_in_step
+    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end, in_step)
 
 
 def _gd_log_c(log_mu, s, L):
