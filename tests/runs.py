@@ -134,12 +134,13 @@ def l2_log_field(mu, L, rho):
     return f
 
 
-def certify(rule, s, mu, depth, rho, eta=None, at_end=False):
+def certify(rule, s, mu, depth, rho, eta=None, at_end=False, in_step=False):
     """``rule``'s certificate (``BalancedFlow.fate``) over a batch of states ``s`` ``[n, d]``
     (one program), in float64 as the engine evaluates it (samflow.precision: a scoped x64
     context): ``mu`` ``[n, d]`` or one ``[d]`` for all, ``rho`` a number or ``[n]``, ``eta``
     None (the flow's) or a step size; ``at_end``: the certificate of a run's last state
-    (``BalancedFlow.end_fate``). Returns NumPy ``(code, winner)``, each ``[n]``."""
+    (``BalancedFlow.end_fate``); ``in_step``: the one a flow's solver checks at each step
+    (``BalancedFlow.step_fate``). Returns NumPy ``(code, winner)``, each ``[n]``."""
     with jax.enable_x64(True):
         s = jnp.asarray(s, dtype=jnp.float64)
         mu = jnp.broadcast_to(jnp.asarray(mu, dtype=jnp.float64), s.shape)
@@ -147,7 +148,8 @@ def certify(rule, s, mu, depth, rho, eta=None, at_end=False):
         eta = None if eta is None else jnp.asarray(eta, dtype=jnp.float64)
 
         def one(s_, mu_, rho_):
-            fate = rule.balanced.end_fate if at_end else rule.balanced.fate
+            closed = rule.balanced
+            fate = closed.end_fate if at_end else closed.step_fate if in_step else closed.fate
             return fate(s_, mu_, depth, rho_, eta)
 
         code, winner = jax.jit(jax.vmap(one))(s, mu, rho)

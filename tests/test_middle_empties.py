@@ -169,6 +169,49 @@ def test_the_flow_empties_into_the_collapse_region():
         assert np.all(K < lo), i
 
 
+def test_a_flow_tries_the_search_at_its_end_and_goes_on_to_the_region_past_it():
+    """The search is left out of the check at each solver step (BalancedFlow.step_fate:
+    it cost more than the step), not out of the run: on emptying states the step's check
+    says nothing where the certificate says collapse; a flow that ends at once (tau_max
+    1e-6) is labelled collapse by its end's check, and one run to its fate goes on and stops
+    where the region's certificate holds: past the time at which SciPy's DOP853 (log u, rtol
+    1e-11) takes K below mu_min (the region is entered by the flow's own step, so the
+    stop is at or after that crossing; 1e-6 relative for the two solvers' tolerances)."""
+    rng = np.random.default_rng(40)
+    mu = rng.uniform(0.3, 4.0, 4)
+    u, rho = _emptying_states(rng, mu, 120)
+    code, _ = _certify(u, mu, rho)
+    step_code, _ = certify(SAM_L2, np.log(u), mu, 2, rho, in_step=True)
+    fired = np.flatnonzero(code == fates.COLLAPSE)
+    assert fired.size >= 20, fired.size
+    assert np.all(step_code[fired] == fates.OPEN)
+    lo = np.min(mu)
+    for i in fired[:3]:
+        common = dict(depth=2, mu=list(mu), alpha_per_coord=list(u[i]), rho=float(rho[i]))
+        now = samflow.trajectory("sam-l2", runner=samflow.Flow(tau_max=1e-6), **common)
+        assert int(now["regime"]) == COLLAPSE, i
+        on = samflow.trajectory("sam-l2", runner=samflow.Flow(tau_max=1e-6, tau_cap=1e3), **common)
+        assert int(on["regime"]) == COLLAPSE, i
+
+        def field(tau, s, i=i):
+            K = np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i]
+            return mu * (1 - mu / K)
+
+        def below(tau, s, i=i):
+            return np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i] - lo
+
+        below.terminal, below.direction = True, -1
+        sol = solve_ivp(
+            field, (0, 1e3), np.log(u[i]), method="DOP853", rtol=1e-11, atol=1e-12, events=below
+        )
+        entry = sol.t_events[0][0]
+        assert float(on.attrs["stop_tau"]) >= entry * (1 - 1e-6), (
+            i,
+            float(on.attrs["stop_tau"]),
+            entry,
+        )
+
+
 @pytest.mark.parametrize("eta", [None, 0.001])
 def test_a_grower_just_above_rho_over_sqrt2_is_not_named(eta):
     """Sharpness: mu (1, 30), rho 0.05, u_2 = rho / 20 (a fast shrinker) and u_1 at 0.99 or
