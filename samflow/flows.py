@@ -627,6 +627,9 @@ class Formulated(NamedTuple):
             (:attr:`samflow.rules.BalancedFlow.step_fate`), or None.
         certify_end: the same at the run's last state
             (:attr:`samflow.rules.BalancedFlow.end_fate`), or None.
+        proves_collapse: ``y -> bool``, whether a collapse certificate holds, as the
+            solver checks it at each step of a run not taken to its fate
+            (:attr:`samflow.rules.BalancedFlow.step_collapse`), or None.
         singular: whether the solve follows the finite-time singularities of
         docs/theory/balanced.md#balanced-initialisation (a collapse event at ``beta -> 0``, the
         blow-up edge lowered for L >= 3):
@@ -646,6 +649,7 @@ class Formulated(NamedTuple):
     certify: Callable | None
     singular: bool
     certify_end: Callable | None = None
+    proves_collapse: Callable | None = None
 
 
 def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
@@ -661,7 +665,7 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
     mask = layer_mask(depth, n_layers, dtype)
     tiny = jnp.finfo(dtype).tiny
     one = jnp.ones((), dtype)
-    certify = certify_end = None
+    certify = certify_end = proves_collapse = None
 
     def identity(y):
         return y
@@ -701,6 +705,9 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
             def certify_end(y):
                 return closed.end_fate(y, mu, field_depth, c * rho)
 
+            def proves_collapse(y):
+                return closed.step_collapse(y, mu, field_depth, c * rho)
+
         def to_theta(y):
             return _to_theta(y, form, n_layers, depth)
 
@@ -730,7 +737,7 @@ def formulated(theta0, problem, depth, rho, rule, form, model) -> Formulated:
 
     return Formulated(
         y0, field, args, beta_of, log_beta, log_beta_max, to_theta, unscale, speed, certify,
-        model.closed_forms, certify_end,
+        model.closed_forms, certify_end, proves_collapse,
     )  # fmt: skip
 
 
@@ -798,7 +805,7 @@ def integrate(
             config.log_beta_max,
         )
 
-        def edges(y, cert):
+        def edges(y, collapsed):
             # The lower edge is a collapse only where a certificate proves it
             # (docs/theory/regimes.md#collapse-certificates): a closed form without one goes
             # on (its log state stays finite: a coordinate may yet grow, as USAM's with
@@ -807,13 +814,13 @@ def integrate(
             level = log_beta_max(y)
             lower = level - low
             if f.certify is not None:
-                lower = jnp.where(certified_collapse(cert), lower, jnp.inf)
+                lower = jnp.where(collapsed, lower, jnp.inf)
             return jnp.minimum(high - level, lower)
 
     else:
         high = config.log_beta_max
 
-        def edges(y, cert):
+        def edges(y, collapsed):
             return high - log_beta_max(y)
 
     def fate_of(y, cert, end=False):
@@ -849,12 +856,14 @@ def integrate(
         def cond_fn(t, y, args, **kwargs):
             cert = certificate(y)
             decided = (t >= save_scaled[-1]) & (fate_of(y, cert)[0] != fates.OPEN)
-            return jnp.where(decided, -1.0, edges(y, cert))
+            return jnp.where(decided, -1.0, edges(y, certified_collapse(cert)))
 
     else:
 
         def cond_fn(t, y, args, **kwargs):
-            return edges(y, certificate(y) if f.singular else None)
+            # Only whether a collapse is proven matters here (a cheaper check).
+            proven = f.singular and f.proves_collapse is not None
+            return edges(y, f.proves_collapse(y) if proven else certified_collapse(None))
 
     sol, lead_start = _solve(
         field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), f.log_beta,
@@ -864,7 +873,8 @@ def integrate(
     # The last state's certificate with what is tried only there (BalancedFlow.end_fate).
     cert_end = None if f.certify_end is None else f.certify_end(y_end)
     if f.singular:
-        certified_stop = event & (edges(y_end, cert_end) >= 0)  # the event fired inside the edges
+        # the event fired inside the edges
+        certified_stop = event & (edges(y_end, certified_collapse(cert_end)) >= 0)
         shrunk = event & ~certified_stop & (log_beta_max(y_end) < low + 1)
         collapsed = shrunk & certified_collapse(cert_end)
         edge = jnp.where(shrunk, low, high)

@@ -160,11 +160,16 @@ class BalancedFlow:
     it decides is labelled at its end, not stopped earlier.
 
     ``fate_in_step`` (optional, same signature): the certificate a flow's solver checks
-    at every step (its stopping event), where it may leave out what costs more than the
-    step itself: every code it gives, :attr:`fate` gives too. A run that only
-    :attr:`fate` decides then goes on until ``fate_in_step`` decides it or the run ends,
-    where :attr:`end_fate` is tried. Discrete runs check :attr:`fate` (once per chunk of
-    steps).
+    at every step (its stopping event) of a run taken to its fate, where it may leave out
+    what costs more than the step itself: every code it gives, :attr:`fate` gives too. A
+    run that only :attr:`fate` decides then goes on until ``fate_in_step`` decides it or
+    the run ends, where :attr:`end_fate` is tried. Discrete runs check :attr:`fate` (once
+    per chunk of steps).
+
+    ``collapse_in_step`` (optional, ``(s, mu, depth, rho) -> bool``): whether a collapse
+    certificate of the flow holds at a state: all that the stopping event of a run *not*
+    taken to its fate (no ``tau_cap``) asks at each step (a collapse edge counts only where
+    one is proven). Default: :attr:`step_fate`'s code is ``COLLAPSE``.
     """
 
     formulation: str
@@ -173,6 +178,7 @@ class BalancedFlow:
     blowup_won_by_rate: bool = False
     fate_at_end: Callable[..., tuple[Array, Array]] | None = None
     fate_in_step: Callable[..., tuple[Array, Array]] | None = None
+    collapse_in_step: Callable[..., Array] | None = None
 
     @property
     def end_fate(self) -> Callable[..., tuple[Array, Array]] | None:
@@ -184,6 +190,20 @@ class BalancedFlow:
         """The certificate a flow's solver checks at every step: :attr:`fate_in_step`,
         else :attr:`fate`."""
         return self.fate if self.fate_in_step is None else self.fate_in_step
+
+    @property
+    def step_collapse(self) -> Callable[..., Array] | None:
+        """Whether a collapse is proven at a state, as the stopping event of a run not
+        taken to its fate checks it: :attr:`collapse_in_step`, else :attr:`step_fate`'s
+        code is ``COLLAPSE``; None without a certificate."""
+        if self.collapse_in_step is not None or self.step_fate is None:
+            return self.collapse_in_step
+        step_fate = self.step_fate
+
+        def collapses(s, mu, depth, rho):
+            return step_fate(s, mu, depth, rho)[0] == _fate.COLLAPSE
+
+        return collapses
 
     def __post_init__(self) -> None:
         if not isinstance(self.blowup_won_by_rate, bool):
@@ -263,7 +283,7 @@ def _log_form(
         r = jnp.exp(jnp.log(rho) + log_mu + lift + log_c(log_mu, s, L))
         return mu * (1.0 if flat else jnp.exp(lift)) * signed_int_pow(1 - r, depth - 1)
 
-    def fate(s, mu, depth, rho, eta=None, at_end=False, in_step=False):
+    def fate(s, mu, depth, rho, eta=None, at_end=False, in_step=False, collapse_only=False):
         """Certificate of the log form (docs/theory/regimes.md#labels-of-the-limit), for the rules
         whose ``c`` does not grow while every coordinate grows (GD: ``c = 0``; l2-SAM:
         ``c = 1/||m||_2``; USAM: ``c = sigmoid(-z)``).
@@ -322,6 +342,8 @@ def _log_form(
         deeper = jnp.where(deep, _fate.COLLAPSE, _fate.OPEN)
         code = jnp.where(depth == 1, _fate.LEADS, jnp.where(depth == 2, at_two, deeper))
         winner = jnp.argmax(mu) + 1
+        if collapse_only:  # what follows proves no collapse (and excludes none proven)
+            return code.astype(jnp.int32), winner.astype(jnp.int32)
         if lead is not None:
             holds, leader, overtakes = lead(s, mu, L, rho, eta)
             # Where the region at L = 2 holds, both name the major (and TAKES_OVER says more).
@@ -370,9 +392,16 @@ def _log_form(
         """:func:`fate` at a step of a flow's solver, ``empties`` left out."""
         return fate(s, mu, depth, rho, eta, in_step=True)
 
+    def collapse_in_step(s, mu, depth, rho):
+        """Whether :func:`fate` at a step of a flow's solver says collapse: its collapse
+        certificates alone (the lead, finite and return certificates prove none, and the
+        lead certificates hold in none of their regions), ``empties`` left out."""
+        code, _ = fate(s, mu, depth, rho, in_step=True, collapse_only=True)
+        return code == _fate.COLLAPSE
+
     at_end = None if hands_on is None else fate_at_end
     in_step = None if empties is None else fate_in_step
-    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end, in_step)
+    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end, in_step, collapse_in_step)
 
 
 def _gd_log_c(log_mu, s, L):
