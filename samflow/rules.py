@@ -323,6 +323,9 @@ def _log_form(
         RETURNS also where ``hands_on`` proves a minor leads later,
         docs/theory/regimes.md#pinned-major).
         Otherwise OPEN (a blow-up decides).
+        ``in_step``: at a step of a flow's solver (``empties`` left out);
+        ``collapse_only``: the collapse certificates alone (OPEN or COLLAPSE, and what
+        L = 1 and the region at L = 2 say).
         """
         L = jnp.asarray(depth).astype(s.dtype)
         c = jnp.exp(log_c(jnp.log(mu), s, L))
@@ -395,7 +398,7 @@ def _log_form(
     def collapse_in_step(s, mu, depth, rho):
         """Whether :func:`fate` at a step of a flow's solver says collapse: its collapse
         certificates alone (the lead, finite and return certificates prove none, and the
-        lead certificates hold in none of their regions), ``empties`` left out."""
+        lead certificates hold in none of the collapse regions), ``empties`` left out."""
         code, _ = fate(s, mu, depth, rho, in_step=True, collapse_only=True)
         return code == _fate.COLLAPSE
 
