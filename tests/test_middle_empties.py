@@ -79,6 +79,29 @@ def _map(u, mu, rho, eta, steps):
     return np.array(Ks), np.array(Ts), np.array(us)
 
 
+def _log_field(mu, rho):
+    """The flow at L = 2 in ``s = log u`` for one state's ``rho``: ``ds_j/dtau = mu_j (1 -
+    mu_j / K)``, ``K = sqrt(2 sum (mu u)^2) / rho``."""
+
+    def field(tau, s):
+        K = np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho
+        return mu * (1 - mu / K)
+
+    return field
+
+
+def _to_the_region(mu, rho, s0, tau_end):
+    """SciPy's DOP853 (rtol 1e-11) of :func:`_log_field` from ``s0`` up to ``tau_end``,
+    stopped where ``K`` falls below ``mu_min`` (``t_events[0]``: that time, if it came)."""
+
+    def below(tau, s):
+        return np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho - np.min(mu)
+
+    below.terminal, below.direction = True, -1
+    field = _log_field(mu, rho)
+    return solve_ivp(field, (0, tau_end), s0, method="DOP853", rtol=1e-11, atol=1e-12, events=below)
+
+
 def _emptying_states(rng, mu, n):
     """Random middle states, every u_j below rho / sqrt(2): u [n, d], rho [n]."""
     d = len(mu)
@@ -140,19 +163,9 @@ def test_the_flow_empties_into_the_collapse_region():
     assert np.sum(fired) >= 20, np.sum(fired)
     lo = np.min(mu)
     for i in np.flatnonzero(fired)[:20]:
-
-        def field(tau, s, i=i):
-            K = np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i]
-            return mu * (1 - mu / K)
-
-        def below(tau, s, i=i):
-            return np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i] - lo
-
-        below.terminal, below.direction = True, -1
         s0 = np.log(u[i])
-        sol = solve_ivp(
-            field, (0, T_best[i]), s0, method="DOP853", rtol=1e-11, atol=1e-12, events=below
-        )
+        field = _log_field(mu, rho[i])
+        sol = _to_the_region(mu, rho[i], s0, T_best[i])
         assert sol.t_events[0].size, (i, T_best[i])
 
         def gone(tau, s, s0=s0):
@@ -185,31 +198,15 @@ def test_a_flow_tries_the_search_at_its_end_and_goes_on_to_the_region_past_it():
     fired = np.flatnonzero(code == fates.COLLAPSE)
     assert fired.size >= 20, fired.size
     assert np.all(step_code[fired] == fates.OPEN)
-    lo = np.min(mu)
     for i in fired[:3]:
         common = dict(depth=2, mu=list(mu), alpha_per_coord=list(u[i]), rho=float(rho[i]))
         now = samflow.trajectory("sam-l2", runner=samflow.Flow(tau_max=1e-6), **common)
         assert int(now["regime"]) == COLLAPSE, i
         on = samflow.trajectory("sam-l2", runner=samflow.Flow(tau_max=1e-6, tau_cap=1e3), **common)
         assert int(on["regime"]) == COLLAPSE, i
-
-        def field(tau, s, i=i):
-            K = np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i]
-            return mu * (1 - mu / K)
-
-        def below(tau, s, i=i):
-            return np.sqrt(2 * np.sum((mu * np.exp(s)) ** 2)) / rho[i] - lo
-
-        below.terminal, below.direction = True, -1
-        sol = solve_ivp(
-            field, (0, 1e3), np.log(u[i]), method="DOP853", rtol=1e-11, atol=1e-12, events=below
-        )
-        entry = sol.t_events[0][0]
-        assert float(on.attrs["stop_tau"]) >= entry * (1 - 1e-6), (
-            i,
-            float(on.attrs["stop_tau"]),
-            entry,
-        )
+        entry = _to_the_region(mu, rho[i], np.log(u[i]), 1e3).t_events[0][0]
+        stop = float(on.attrs["stop_tau"])
+        assert stop >= entry * (1 - 1e-6), (i, stop, entry)
 
 
 @pytest.mark.parametrize("eta", [None, 0.001])
