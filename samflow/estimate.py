@@ -30,6 +30,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 DAY_SECONDS = 86_400.0
@@ -179,16 +180,33 @@ def measure() -> tuple[float, float]:
         )  # fmt: skip
         return time.perf_counter() - start
 
-    def per_step(run, first: int) -> float:
-        run(first)  # compiles
-        base = min(run(first) for _ in range(2))
-        more = int(min(max(first * 0.3 / max(base, 1e-6), 10 * first), 1000 * first))
-        return max((min(run(more) for _ in range(2)) - base) / (more - first), 1e-12)
-
     a = per_step(trajectory, 2000)
     wide = per_step(sweep, 200)
     b = max((wide - a) / (1024 * 2 / device_count()), 1e-15)
     return a, b
+
+
+def per_step(run: Callable[[int], float], first: int) -> float:
+    """Seconds a step of ``run`` (``run(steps)`` runs that many steps and returns its
+    seconds): the difference of ``first`` and ``more`` steps, each
+    the fastest of three runs taken in turn (so both see the same load); ``more``
+    is chosen so that the difference is about 0.3 s. A difference under half of
+    ``more``'s own seconds a step means a burst of load fell on one side: measured
+    again (three tries), then the upper bound ``more``'s seconds / ``more`` is kept
+    (an estimate too long asks for ``yes`` once too often; one too short would not
+    ask)."""
+    run(first)  # compiles
+    for _ in range(3):
+        base = min(run(first) for _ in range(2))
+        more = int(min(max(first * 0.3 / max(base, 1e-6), 10 * first), 1000 * first))
+        lo, hi = [], []
+        for _ in range(3):
+            lo.append(run(first))
+            hi.append(run(more))
+        step = (min(hi) - min(lo)) / (more - first)
+        if step >= 0.5 * min(hi) / more:
+            return step
+    return min(hi) / more
 
 
 def describe(rates_: tuple[float, float]) -> str:
