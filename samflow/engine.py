@@ -197,6 +197,8 @@ class Setup:
         step_cap: discrete only: a run whose fate is not decided at its last record
             goes on, unrecorded, until it is (:func:`_discrete_fate`) or until this
             step (:attr:`samflow.Discrete.step_cap`); None: it ends at its last record.
+            The cap is the program's argument, not part of its key: :func:`start_points`
+            runs every cap with the program of :data:`ANY_CAP`.
     """
 
     rule: PerturbationRule
@@ -217,6 +219,21 @@ class Setup:
     def __post_init__(self) -> None:
         if self.step_path not in ("auto", *balanced.STEP_PATHS):
             raise ValueError(f"step_path must be auto, balanced or general, not {self.step_path!r}")
+
+
+ANY_CAP = -1
+"""``Setup.step_cap`` of the program that :func:`start_points` runs for any cap: the runs
+are taken to their fate, and the cap is the program's argument ``cap``, so that one
+compiled program serves every ``step_cap`` (the figures' and the boundary's are 100
+times the steps, which differ from one call to the next)."""
+
+
+FIRST_PASS = 100
+"""A batch of discrete runs taken to their fate runs together up to this many times its
+last record's step (or its cap, if less); the runs still undecided there run again, from
+their start, in a batch of their own up to the cap (:func:`start_points`). The steps of
+a batch go on until its last run stops, so without this a cap far past what most runs
+need would cost every run of the batch the steps of its slowest."""
 
 
 def step_path(setup: Setup, points: Points) -> str:
@@ -457,7 +474,7 @@ def _discrete_fate(
 def _discrete_tile(setup: Setup) -> Callable:
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def tile(points: Points, times, n_records):
+    def tile(points: Points, times, n_records, cap):
         # Batch-last: theta0 [L_max, d, T], X [n, d, T], depth, rho, eta [T], key [k, T].
         theta0, X, y, depth, rho, eta, beta_star, key = points
         major = _major(setup, X[0])
@@ -475,7 +492,7 @@ def _discrete_tile(setup: Setup) -> Callable:
         extension = None  # where nothing can be certified, a longer run decides nothing
         if setup.step_cap is not None and _certifiable(setup, X.shape[0]):
             extension = Extension(
-                cap=setup.step_cap,
+                cap=cap,
                 decided=lambda beta, watched: fate(watched, beta)[0] != fates.OPEN,
             )
         traj = simulate(
@@ -541,7 +558,7 @@ def _flow_tile(setup: Setup) -> Callable:
 
     keep_beta, keep_theta = "beta" in setup.keep, "theta" in setup.keep
 
-    def one(point: Points, times, n_records):
+    def one(point: Points, times, n_records, cap):
         theta0, X, y, depth, rho, _, beta_star, _ = point
         major = _major(setup, X[0])
         problem = Problem(X, y)
@@ -595,8 +612,8 @@ def _flow_tile(setup: Setup) -> Callable:
             out["theta"], out["theta_final"] = sol.theta, sol.theta[horizon]
         return out
 
-    def tile(points: Points, times, n_records):
-        return jax.vmap(one, in_axes=(POINT_AXES, None, None))(points, times, n_records)
+    def tile(points: Points, times, n_records, cap):
+        return jax.vmap(one, in_axes=(POINT_AXES, None, None, None))(points, times, n_records, cap)
 
     return tile
 
@@ -638,14 +655,16 @@ def cost_order(rate: Array, slots: int, n_devices: int) -> Array:
 
 @functools.lru_cache(maxsize=64)
 def program(setup: Setup) -> Callable:
-    """The jitted ``(points, times, n_records=None) -> summaries`` program of ``setup``
-    (cached; compiled once per shape of its inputs).
+    """The jitted ``(points, times, n_records=None, cap=None) -> summaries`` program of
+    ``setup`` (cached; compiled once per shape of its inputs).
 
     ``points`` a :class:`Points` of JAX arrays (any ``C``), ``times`` ``[T]`` the record
     times (discrete: step indices; flow: tau), starting at 0; ``n_records`` (an int
     scalar, None: ``T``) how many of them are real: the rest repeat the last time and
-    are masked out of the summaries. Returns a dict of ``[C, ...]`` arrays (the names
-    of :data:`samflow.schema.POINT`).
+    are masked out of the summaries; ``cap`` (a scalar of ``times``' dtype; None:
+    ``setup.step_cap``) the step a discrete run taken to its fate ends at in any case
+    (read only where ``setup.step_cap`` is not None). Returns a dict of ``[C, ...]``
+    arrays (the names of :data:`samflow.schema.POINT`).
     """
     return jax.jit(traced_program(setup))
 
@@ -661,11 +680,11 @@ def traced_program(setup: Setup) -> Callable:
     first = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
     accelerator = first.platform != "cpu"
 
-    def run_tiles(tiles: Points, times, n_records):
+    def run_tiles(tiles: Points, times, n_records, cap):
         # One tile at a time; what every point shares (y, beta_star) is not cut in tiles.
         shared = {"y": tiles.y, "beta_star": tiles.beta_star}
         return lax.map(
-            lambda tile: tile_fn(tile._replace(**shared), times, n_records),
+            lambda tile: tile_fn(tile._replace(**shared), times, n_records, cap),
             tiles._replace(y=None, beta_star=None),
         )
 
@@ -676,12 +695,17 @@ def traced_program(setup: Setup) -> Callable:
         run_tiles = jax.shard_map(
             run_tiles,
             mesh=mesh,
-            in_specs=(in_tiles, PartitionSpec(), PartitionSpec()),
+            in_specs=(in_tiles, PartitionSpec(), PartitionSpec(), PartitionSpec()),
             out_specs=PartitionSpec("grid"),
             check_vma=False,  # diffrax's solver state mixes per-device and shared values
         )
 
-    def run(points: Points, times, n_records=None):
+    def run(points: Points, times, n_records=None, cap=None):
+        if cap is None:
+            if setup.step_cap is not None and setup.step_cap < 0:
+                raise ValueError("a program of ANY_CAP needs its cap as an argument")
+            cap = 0 if setup.step_cap is None else setup.step_cap
+        cap = jnp.asarray(cap, times.dtype)
         theta0 = points.theta0
         C, n_layers, d = theta0.shape
         beta_star = points.beta_star
@@ -733,7 +757,7 @@ def traced_program(setup: Setup) -> Callable:
             eta=to_tiles(points.eta),
             key=key if key is None else to_tiles(key),
         )
-        out = run_tiles(tiles, times, n_records)
+        out = run_tiles(tiles, times, n_records, cap)
         # Slot p of the tiles holds point index[p]: point i < C sits at slot where[i].
         where = (
             jnp.zeros(slots, perm.dtype).at[perm].set(jnp.arange(slots, dtype=perm.dtype))
@@ -773,7 +797,7 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
 
 
 def start_points(
-    setup: Setup, points: Points, times: np.ndarray
+    setup: Setup, points: Points, times: np.ndarray, first_pass: bool = True
 ) -> Callable[[], dict[str, np.ndarray]]:
     """:func:`run_points`, dispatched: the program starts on the devices and this returns
     at once a function that waits for it and returns the results.
@@ -783,9 +807,25 @@ def start_points(
     devices' run. The program is :func:`program`'s, run as stored by
     :func:`samflow.exported.runnable` where the setup is samflow's own (the same
     compiled code, never traced again in a later process).
+
+    Discrete runs taken to their fate (``setup.step_cap``) run in two passes where the
+    cap is more than :data:`FIRST_PASS` times the last record's step: all of them up to
+    that, then (in ``result``) the undecided ones again, from their start, up to the cap
+    (``first_pass=False``). Each run's records and label are one run's, whichever pass
+    gave them: a run is the same map from the same start in either batch.
     """
     C, T = points.size, len(times)
-    setup = replace(setup, step_path=step_path(setup, points))
+    whole, cap = setup, setup.step_cap
+    again = False
+    if cap is not None and setup.mode == "discrete" and first_pass:
+        first = FIRST_PASS * int(times[-1])
+        again = first < cap and _certifiable(setup, np.shape(points.X)[-2])
+        cap = min(cap, first) if again else cap
+    setup = replace(
+        setup,
+        step_path=step_path(setup, points),
+        step_cap=None if cap is None or setup.mode != "discrete" else ANY_CAP,
+    )
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     # A sharded batch also to whole vectors on every device: its tiles hold a multiple of
     # VECTOR points whatever C is (tile_points), so 1..8 points (or 9..16, on one device)
@@ -793,18 +833,44 @@ def start_points(
     # trajectory (one point, unsharded) keeps its own size, its states one point's.
     multiple = VECTOR * n_dev if setup.sharded else 1
     padded = points.take(np.minimum(np.arange(bucket(C, multiple)), C - 1))
+    record_times = times
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
     with precision(setup.dtype):
-        args = (*place(setup, padded, times), jnp.asarray(T, jnp.int32))
+        placed = place(setup, padded, times)
+        cap_arg = jnp.asarray(0 if cap is None else cap, placed[1].dtype)
+        args = (*placed, jnp.asarray(T, jnp.int32), cap_arg)
         fn = exported.runnable(setup, args, lambda: program(setup)) or program(setup)
         running = fn(*args)
 
     def result() -> dict[str, np.ndarray]:
         with precision(setup.dtype):
             out = {k: np.asarray(v) for k, v in devices.gather(running).items()}
-        return {k: v[:C, :T] if k in RECORDED else v[:C] for k, v in out.items()}
+        out = {k: v[:C, :T] if k in RECORDED else v[:C] for k, v in out.items()}
+        if again and "regime" in out:
+            _run_on(whole, points, record_times, out, n_dev)
+        return out
 
     return result
+
+
+def _run_on(
+    setup: Setup, points: Points, times: np.ndarray, out: dict[str, np.ndarray], n_dev: int
+) -> None:
+    """The second pass of :func:`start_points`: the runs of ``out`` left unresolved (and
+    not failed) by the first run again, from their start, up to ``setup.step_cap``; their
+    results replace theirs in ``out`` (each array copied). A sharded batch is padded to a
+    multiple of the devices with its last run."""
+    from samflow.regimes import UNRESOLVED
+
+    open_ = np.flatnonzero((out["regime"] == UNRESOLVED) & (out["failed_step"] < 0))
+    if open_.size == 0:
+        return
+    size = open_.size if not setup.sharded else -(-open_.size // n_dev) * n_dev
+    index = open_[np.minimum(np.arange(size), open_.size - 1)]
+    more = start_points(setup, points.take(index), times, first_pass=False)()
+    for k in list(out):
+        out[k] = np.array(out[k])  # the device's buffer is read-only
+        out[k][open_] = more[k][: open_.size]
 
 
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:

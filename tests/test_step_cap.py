@@ -85,6 +85,45 @@ def test_step_cap_decides_what_the_steps_leave_open():
     assert int(capped["step"].values[-1]) == 100  # the records end at step 100
 
 
+def test_the_cap_is_an_argument_of_one_program(monkeypatch):
+    """The run of the test above, under a cap before and after the step where the middle
+    certificate's conditions first hold in the NumPy map (u_2 > rho / sqrt(2), u_4 < u_3):
+    unresolved, then sequential, from one program (the setups reaching the program
+    store are equal, with :data:`samflow.engine.ANY_CAP`: a new cap compiles nothing)."""
+    from samflow import engine, exported
+
+    problem = dict(mu=[1.0, 2.0, 3.0, 4.0], alpha=1.6714740848610046, rho=3.0)
+    eta = 0.05
+    crossing = None
+    mu = np.asarray(problem["mu"])
+    u_t = np.full(4, problem["alpha"])
+    for t in range(1, 10_001):  # the same map, step by step, to the certificate's step
+        m = mu * u_t ** (2 - 1)
+        c = 1.0 / np.sqrt(2 * np.sum(m * m))
+        w = u_t - problem["rho"] * c * m
+        u_t = u_t + eta * (1.0 / (1.0 + np.exp(np.sum(mu * w**2)))) * mu * w ** (2 - 1)
+        if u_t[1] > problem["rho"] / np.sqrt(2) and u_t[3] < u_t[2]:
+            crossing = t
+            break
+    assert crossing is not None and 100 < crossing < 10_000
+    # the loop is numpy_map's, cut short (the same float64 operations: equal bits)
+    np.testing.assert_array_equal(
+        u_t, numpy_map("l2", mu, problem["alpha"], problem["rho"], eta, t)[2]
+    )
+    seen = []
+    original = exported.runnable
+    monkeypatch.setattr(
+        exported, "runnable", lambda setup, *a: seen.append(setup) or original(setup, *a)
+    )
+    labels = [
+        int(samflow.trajectory("sam-l2", depth=2, **problem, runner=samflow.Discrete(
+            eta=eta, steps=100, step_cap=cap))["regime"])
+        for cap in (crossing - 1, 10_000)
+    ]  # fmt: skip
+    assert labels == [UNRESOLVED, SEQUENTIAL]
+    assert len(seen) == 2 and seen[0] == seen[1] and seen[0].step_cap == engine.ANY_CAP
+
+
 def test_step_cap_keeps_what_the_middle_certificate_decides():
     """l2-SAM, L = 2: at step 100 coordinate 3 leads outside the region; the middle
     certificate (docs/theory/regimes.md#middle-at-depth-two: u above rho / sqrt(2), the
@@ -137,3 +176,43 @@ def test_step_cap_in_a_sweep_keeps_decided_labels():
 def test_step_cap_must_exceed_steps(cap):
     with pytest.raises(InputError, match="step-cap"):
         samflow.Discrete(eta=0.05, steps=100, step_cap=cap)
+
+
+def test_a_cap_past_the_first_pass_reruns_only_the_undecided(monkeypatch):
+    """With 16 steps (17 records, which the program pads to 18), the first pass ends at
+    step 1,600 (``FIRST_PASS`` times the last record): the run of the tests above, which
+    the middle certificate decides only after step 4,135 of the NumPy map, is undecided
+    there; alone it runs again up to the cap of 10,000 and ends sequential, with the
+    labels, paths and records of one pass run to the whole cap (``FIRST_PASS`` made
+    larger than the cap). The other two runs are decided in the first pass and are not
+    run again."""
+    from samflow import engine
+    from samflow.sweeps import store
+
+    kw = dict(depth=2, mu=[1.0, 2.0, 3.0, 4.0], rho=3.0)
+    kw["axes"] = {"alpha": [0.5, 1.6714740848610046, 8.0]}
+    runner = samflow.Discrete(eta=0.05, steps=16, save=samflow.Every(1), step_cap=10_000)
+    passes = []
+    original = engine.start_points
+
+    def counted(setup, points, times, first_pass=True):
+        starts = np.asarray(points.theta0).reshape(points.size, -1)
+        passes.append((first_pass, len(np.unique(starts, axis=0))))  # distinct runs
+        return original(setup, points, times, first_pass)
+
+    monkeypatch.setattr(engine, "start_points", counted)
+    monkeypatch.setattr(store, "start_points", counted)
+    two = samflow.sweep("sam-l2", runner=runner, **kw)
+    assert two["regime"].values[1] == SEQUENTIAL and int(two["limit_coord"][1]) == 4
+    assert UNRESOLVED not in two["regime"].values
+    assert [size for first, size in passes if not first] == [1]  # the undecided run alone
+    assert [first for first, _ in passes] == [True, False]
+    monkeypatch.setattr(engine, "FIRST_PASS", 10**6)
+    passes.clear()
+    one = samflow.sweep("sam-l2", runner=runner, **kw)
+    assert all(first for first, _ in passes)
+    for name in ("regime", "limit_coord", "leader_path", "handoff_step", "n_leaders"):
+        np.testing.assert_array_equal(two[name].values, one[name].values)
+    # the same map from the same start in a batch of another width: equal up to the
+    # rounding of a reordered sum (1e-13 of a value of order 1, 16 steps)
+    np.testing.assert_allclose(two["beta_norm"].values, one["beta_norm"].values, rtol=1e-13)
