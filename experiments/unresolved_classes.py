@@ -34,7 +34,7 @@ flow settings).
 Grids: ``figure`` and ``random`` as experiments/unresolved_shares.py (n = 8: eta 0.01,
 2,000 steps); ``issue``: the grid of issue 38 (mu (1, 2, 3, 4), alpha 0.02..5 (24, log) x
 rho 0.1..3 (12, log), eta 0.02, 5,000 steps). ``--cap F``: ``step_cap`` F times the steps
-(the figures use 100); 0: none.
+(the figures use 1,000); 0: none.
 """
 
 from __future__ import annotations

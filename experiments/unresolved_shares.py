@@ -6,7 +6,7 @@ Grids: ``figure``: the figures' mu (1, 2, 3, 4), alpha over 1e-4..10 and rho ove
 non-uniform starts (the ``seed`` axis) and a few rho. Settings: flows as the figures run
 them (``tau_max`` 200, ``tau_cap`` 1e4 times it, samflow.figures FLOW_SETTINGS); discrete
 runs at the figures' default step and length (eta 0.01, 2,000 steps; no step cap, or with
-``--step-cap`` the figures' 100 times the steps).
+``--step-cap`` the figures' 1,000 times the steps).
 
 The check: for a sample of decided runs, an independent float64 integration of the
 balanced system (flows: SciPy DOP853, rtol 1e-11, in log space, to 100 times the

@@ -104,7 +104,8 @@ class BoundarySearch:
             1.7e7); an undecided flow costs solver steps, not tau.
         step_cap_factor: a discrete runner without ``step_cap`` runs to its fate up to
             this many times its ``steps`` (> 1; at most ``MAX_STEPS`` steps); each step
-            costs the same, so this default is lower (100).
+            costs the same, so this default is lower (1,000). Only the runs undecided
+            at 100 times their steps pay for the rest (:data:`samflow.engine.FIRST_PASS`).
 
     Raises:
         InputError: a field of the wrong type or out of range, naming it.
@@ -121,7 +122,7 @@ class BoundarySearch:
     scan_points: int | None = None
     rtol_alpha: float = 1e-6
     cap_factor: float = 1e5
-    step_cap_factor: float = 100.0
+    step_cap_factor: float = 1000.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
