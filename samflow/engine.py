@@ -858,19 +858,31 @@ def _run_on(
 ) -> None:
     """The second pass of :func:`start_points`: the runs of ``out`` left unresolved (and
     not failed) by the first run again, from their start, up to ``setup.step_cap``; their
-    results replace theirs in ``out`` (each array copied). A sharded batch is padded to a
-    multiple of the devices with its last run."""
+    results replace theirs in ``out`` (each array copied).
+
+    They run in groups of one vector per device (:data:`VECTOR`; a group of a sharded
+    batch holds ``VECTOR`` points per device, the last group padded with its last run),
+    all dispatched before the first is read: a group is one tile, which steps until its
+    own runs stop, as the tiles of one batch would, and every group has the same shape,
+    so the second pass compiles one program per setup, whatever the number of its runs.
+    A trajectory (one point, not sharded) runs again alone."""
     from samflow.regimes import UNRESOLVED
 
     open_ = np.flatnonzero((out["regime"] == UNRESOLVED) & (out["failed_step"] < 0))
     if open_.size == 0:
         return
-    size = open_.size if not setup.sharded else -(-open_.size // n_dev) * n_dev
-    index = open_[np.minimum(np.arange(size), open_.size - 1)]
-    more = start_points(setup, points.take(index), times, first_pass=False)()
+    group = min(VECTOR * (n_dev if setup.sharded else 1), points.size)
+    pending = []
+    for first in range(0, open_.size, group):
+        runs = open_[first : first + group]
+        index = runs[np.minimum(np.arange(group), runs.size - 1)]
+        pending.append((runs, start_points(setup, points.take(index), times, first_pass=False)))
     for k in list(out):
         out[k] = np.array(out[k])  # the device's buffer is read-only
-        out[k][open_] = more[k][: open_.size]
+    for runs, result in pending:
+        more = result()
+        for k in out:
+            out[k][runs] = more[k][: runs.size]
 
 
 def run_points(setup: Setup, points: Points, times: np.ndarray) -> dict[str, np.ndarray]:
