@@ -224,14 +224,15 @@ class Setup:
 ANY_CAP = -1
 """``Setup.step_cap`` of the program that :func:`start_points` runs for any cap: the runs
 are taken to their fate, and the cap is the program's argument ``cap``, so that one
-compiled program serves every ``step_cap`` (the figures' and the boundary's are 100
-times the steps, which differ from one call to the next)."""
+compiled program serves every ``step_cap`` (the figures' and the boundary's are a
+multiple of the steps, which differ from one call to the next)."""
 
 
 FIRST_PASS = 100
 """A batch of discrete runs taken to their fate runs together up to this many times its
 last record's step (or its cap, if less); the runs still undecided there run again, from
-their start, in a batch of their own up to the cap (:func:`start_points`). The steps of
+their start, up to the cap, in groups of one vector per device (:func:`start_points`,
+:func:`_run_on`). The steps of
 a batch go on until its last run stops, so without this a cap far past what most runs
 need would cost every run of the batch the steps of its slowest."""
 

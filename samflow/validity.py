@@ -39,7 +39,7 @@ boundary search's own factor, so both label a run alike."""
 
 STEP_CAP_FACTOR = 100.0
 """A discrete run goes on to its fate up to this many times its steps
-(``Discrete.step_cap``): a tenth of the boundary search's factor. The map's runs that
+(``Discrete.step_cap``), less than the boundary search's factor. The map's runs that
 this leaves undecided are l2-SAM's at L = 2 and large eta, which no certificate of the
 map covers: with 10^4 times the steps the figure took twice as long (153 s against
 76 s) and not one label changed."""

@@ -12,17 +12,15 @@ from samflow.errors import InputError
 from samflow.regimes import DIRECT, RETURNED, SEQUENTIAL, UNRESOLVED
 
 
-def numpy_map(rule, mu, alpha, rho, eta, steps, depth=2):
+def map_states(rule, mu, alpha, rho, eta, steps, depth=2):
     """The balanced discrete map of ``rule`` (``l2``: l2-SAM, ``usam``) from ``w = alpha``
     on one point ``x = mu``, ``y = +1``, in float64: every layer is the same ``u``, the
     perturbed layer ``w~ = u - rho c mu u^(L-1)`` (``c = 1 / ||m||_2`` with ``m`` every
     layer's ``mu u^(L-1)``, or USAM's ``sigmoid(-z)``), the step ``u += eta sigmoid(-z~)
-    mu w~^(L-1)``. Returns the leader path (leaders, and the step after which each took
-    the lead) and the final ``u``."""
+    mu w~^(L-1)``. Yields ``u`` after each of ``steps`` steps."""
     mu = np.asarray(mu, np.float64)
     u = np.full(mu.shape, alpha, np.float64)
-    leaders, at = [], []
-    for t in range(steps):
+    for _ in range(steps):
         m = mu * u ** (depth - 1)
         if rule == "l2":
             c = 1.0 / np.sqrt(depth * np.sum(m * m))
@@ -31,6 +29,15 @@ def numpy_map(rule, mu, alpha, rho, eta, steps, depth=2):
         w = u - rho * c * m
         lprime = 1.0 / (1.0 + np.exp(np.sum(mu * w**depth)))
         u = u + eta * lprime * mu * w ** (depth - 1)
+        yield u
+
+
+def numpy_map(rule, mu, alpha, rho, eta, steps, depth=2):
+    """:func:`map_states` read as a leader path (leaders, and the step after which each
+    took the lead) and the final ``u``."""
+    leaders, at = [], []
+    u = np.full(np.shape(mu), alpha, np.float64)
+    for t, u in enumerate(map_states(rule, mu, alpha, rho, eta, steps, depth)):
         size = np.abs(u**depth)
         lead = int(np.argmax(size)) + 1
         if np.sum(size == size.max()) == 1 and (not leaders or leaders[-1] != lead):
@@ -94,22 +101,12 @@ def test_the_cap_is_an_argument_of_one_program(monkeypatch):
 
     problem = dict(mu=[1.0, 2.0, 3.0, 4.0], alpha=1.6714740848610046, rho=3.0)
     eta = 0.05
-    crossing = None
-    mu = np.asarray(problem["mu"])
-    u_t = np.full(4, problem["alpha"])
-    for t in range(1, 10_001):  # the same map, step by step, to the certificate's step
-        m = mu * u_t ** (2 - 1)
-        c = 1.0 / np.sqrt(2 * np.sum(m * m))
-        w = u_t - problem["rho"] * c * m
-        u_t = u_t + eta * (1.0 / (1.0 + np.exp(np.sum(mu * w**2)))) * mu * w ** (2 - 1)
-        if u_t[1] > problem["rho"] / np.sqrt(2) and u_t[3] < u_t[2]:
-            crossing = t
-            break
-    assert crossing is not None and 100 < crossing < 10_000
-    # the loop is numpy_map's, cut short (the same float64 operations: equal bits)
-    np.testing.assert_array_equal(
-        u_t, numpy_map("l2", mu, problem["alpha"], problem["rho"], eta, t)[2]
+    rho = problem["rho"]
+    states = map_states("l2", problem["mu"], problem["alpha"], rho, eta, 10_000)
+    crossing = next(
+        (t for t, u in enumerate(states, 1) if u[1] > rho / np.sqrt(2) and u[3] < u[2]), None
     )
+    assert crossing is not None and 100 < crossing < 10_000
     seen = []
     original = exported.runnable
     monkeypatch.setattr(
