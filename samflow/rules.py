@@ -231,6 +231,7 @@ def _log_form(
     blowup_won_by_rate: bool = False,
     empties: Callable[..., Array] | None = None,
     hands_on: Callable[..., Array] | None = None,
+    follows: Callable[..., tuple[Array, Array]] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -270,6 +271,10 @@ def _log_form(
     ``returns``' own code (docs/theory/regimes.md#pinned-major); tried only at a run's end
     (:attr:`BalancedFlow.fate_at_end`: ``fate(..., at_end=True)``), a verified
     integration too costly for every check; None: never certified.
+    ``follows(s, mu, L, rho, eta) -> (holds, winner)``: where the discrete step at ``L >=
+    3``, its steps small, provably follows its flow into a take-over certificate
+    (docs/theory/regimes.md#vanishing-steps): TAKES_OVER, that winner; tried only at a
+    discrete run's end where nothing else decides it; None: never certified.
     """
 
     def field(tau, s, args):
@@ -385,6 +390,16 @@ def _log_form(
                 # (a verified integration of up to thousands of phases: at the run's end only)
                 code = jnp.where(back & hands_on(s, mu, L, rho, eta), _fate.RETURNS, code)
             winner = jnp.where(back, _major(mu), winner)
+        deep_static = not isinstance(depth, int | np.integer) or depth >= 3
+        if follows is not None and at_end and eta is not None and deep_static:
+            # steps that vanish: the map follows its flow into the take-over (a verified
+            # integration of up to a million steps: at a discrete run's end only)
+            holds, taker = follows(s, mu, L, rho, eta)
+            # (WINS_LATER, the major's win at some time, says less than its take-over)
+            later = (code == _fate.WINS_LATER) & (taker == _major(mu))
+            follow = (depth >= 3) & ((code == _fate.OPEN) | later) & holds
+            code = jnp.where(follow, _fate.TAKES_OVER, code)
+            winner = jnp.where(follow, taker, winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     def fate_at_end(s, mu, depth, rho, eta=None):
@@ -908,6 +923,153 @@ def _l2_hands_on(s, mu, L, rho, eta=None, phases=2048, gamma=0.004):
     init = (A0, A0, A0, A0, k0, jnp.zeros_like(k0), start, jnp.zeros((), bool), 0)
     *_, led, _ = jax.lax.while_loop(lambda c: c[6] & (c[8] < phases), phase, init)
     return start & led
+
+
+def _interval_pow(lo, hi, k):
+    """The range of ``y^k`` for ``y`` in ``[lo, hi]`` (elementwise), ``k`` a traced
+    nonnegative integer (:func:`signed_int_pow`)."""
+    a, b = signed_int_pow(lo, k), signed_int_pow(hi, k)
+    low, high = jnp.minimum(a, b), jnp.maximum(a, b)
+    return jnp.where((k % 2 == 0) & (lo < 0) & (hi > 0), 0.0, low), high
+
+
+def _interval_mul(a, b):
+    """The range of a product of two intervals ``(low, high)`` (elementwise)."""
+    p = jnp.stack([a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1]])
+    return jnp.min(p, axis=0), jnp.max(p, axis=0)
+
+
+def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start_share=0.01):
+    r"""Where the discrete l2-SAM step at ``L >= 3``, its steps small, provably follows its
+    flow into the take-over certificate (derived in docs/theory/regimes.md#vanishing-steps):
+    ``(holds, winner)``, the run's code then ``TAKES_OVER`` with that winner.
+
+    In ``s = log u`` the step is ``s' = s + log(1 + h G(s))``, ``G`` the flow's field and
+    ``h = eta sigmoid(-z~)`` its length in rescaled time: a variable-step Euler scheme of the
+    flow. A coarse Euler run of the same field from the same state, steps ``H``, is a
+    reference: both, drawn as polygons in ``tau``, solve ``sigma' = G(sigma) + delta``, and on
+    a box ``D`` around the reference the distance ``e`` of the two obeys ``e' <= mu_D e +
+    h_D (|G|^2 + 2 N |G|) + H (|G|^2 + N |G|)`` (per coarse step, exactly integrated),
+    ``mu_D`` a bound of the Jacobian's log-norm (infinity norm) on ``D``, ``N`` of its norm,
+    ``|G|`` of the field, ``h_D`` of the step: interval bounds in closed form. A step is
+    taken where the new bound stays inside the box it was computed on (else ``H`` halves),
+    where ``h_D |G|, H |G| <= 1/2``, and where ``H (|G|^2 + N |G|) <= tol``. On each box,
+    every coordinate ``t`` that could lead (its top at least every lower end) must outpace
+    every other such coordinate on the whole box (``G_t > G_k``), so a lead it takes is
+    kept; where ``t`` is a minor, the major must never be able to lead. It holds where a
+    box has one coordinate ``t`` strictly largest in ``x`` and ``u_t > sqrt(L) rho`` (the
+    take-over at every depth) with ``h_D <= H`` (a step lands there). Tried only where the
+    step now is at most ``start_share`` of ``eta`` (the runs whose steps have vanished; the
+    loop's cost is ``n_max`` steps at most); the flow (``eta`` None) never."""
+    if eta is None:
+        return jnp.zeros((), bool), _major(mu)
+    dtype = s.dtype
+    Lp = jnp.maximum(L, 3.0)
+    n = Lp - 2
+    k1 = jnp.round(Lp).astype(jnp.int32) - 1  # L - 1
+    log_mu = jnp.log(mu)
+    idx = jnp.arange(mu.shape[0])
+    rest = idx[None, :] != idx[:, None]
+    a = jnp.argmax(mu)
+    log_B = jnp.log(rho) + 0.5 * jnp.log(Lp)
+    eps = jnp.finfo(dtype).eps
+
+    def log_M(t):  # M = ||m||_2 / rho, so q_j = x_j / M = rho c x_j
+        log_m2 = jax.nn.logsumexp(2 * log_mu + 2 * (Lp - 1) * t)
+        return 0.5 * jnp.log(Lp) + 0.5 * log_m2 - jnp.log(rho)
+
+    def field(t):
+        log_x = log_mu + n * t
+        return jnp.exp(log_x) * signed_int_pow(1 - jnp.exp(log_x - log_M(t)), k1)
+
+    def step_now(t):
+        q = jnp.exp(log_mu + n * t - log_M(t))
+        z = jnp.sum(mu * signed_int_pow(jnp.exp(t) * (1 - q), k1 + 1))
+        return eta * jax.nn.sigmoid(-z)
+
+    def box(lo, hi):
+        x0, x1 = jnp.exp(log_mu + n * lo), jnp.exp(log_mu + n * hi)
+        m0, m1 = 2 * log_mu + 2 * (Lp - 1) * lo, 2 * log_mu + 2 * (Lp - 1) * hi
+        C0 = jax.nn.logsumexp(jnp.where(rest, m0[None, :], -jnp.inf), axis=1)
+        C1 = jax.nn.logsumexp(jnp.where(rest, m1[None, :], -jnp.inf), axis=1)
+        w0, w1 = jax.nn.sigmoid(m0 - C1), jax.nn.sigmoid(m1 - C0)  # m_k^2 / ||m||^2
+        q0 = jnp.exp(log_mu + n * lo - log_M(hi))
+        q1 = jnp.exp(log_mu + n * hi - log_M(lo))
+        one_q = (1 - q1, 1 - q0)
+        G0, G1 = _interval_mul((x0, x1), _interval_pow(*one_q, k1))
+        P = _interval_pow(*one_q, k1 - 1)
+        A = jnp.maximum(jnp.abs(one_q[0]), jnp.abs(one_q[1]))
+        B = (n - n * Lp * q1 + (Lp - 1) ** 2 * q0 * w0, n - n * Lp * q0 + (Lp - 1) ** 2 * q1 * w1)
+        D0, D1 = _interval_mul(P, B)  # J_jj / x_j
+        off = signed_int_pow(A, k1 - 1) * (Lp - 1) ** 2 * q1 * (1 - w0)  # sum |J_jk| / x_j
+        Y = D1 + off
+        log_norm = jnp.max(jnp.where(Y > 0, x1 * Y, x0 * Y))
+        norm = jnp.max(x1 * (jnp.maximum(jnp.abs(D0), jnp.abs(D1)) + off))
+        w_lo, w_hi = _interval_mul((jnp.exp(lo), jnp.exp(hi)), one_q)  # the perturbed point
+        z_lo = jnp.sum(mu * _interval_pow(w_lo, w_hi, k1 + 1)[0])
+        g = jnp.max(jnp.maximum(jnp.abs(G0), jnp.abs(G1)))
+        slack = 1 + 1e-9  # the bounds' own rounding
+        log_norm = log_norm + 1e-9 * jnp.abs(log_norm)
+        return G0, G1, g * slack, log_norm, norm * slack, eta * jax.nn.sigmoid(-z_lo) * slack
+
+    def advance(c):
+        t, E, H, kept, seen, status, winner, i = c
+        t1 = t + jnp.log1p(H * field(t))
+        R = 1.5 * E + 1e-10
+        lo, hi = jnp.minimum(t, t1) - R, jnp.maximum(t, t1) + R
+        _, _, g, _, _, h = box(lo, hi)
+        # the box holds every step of the map whose start it holds
+        grow = 2 * h * g + 4 * eps * (1 + jnp.max(jnp.abs(t1)))
+        lo, hi = lo - grow, hi + grow
+        G0, G1, g, log_norm, norm, h = box(lo, hi)
+        spread = jnp.exp(jnp.maximum(log_norm * H, 0.0))
+        K = g * g + norm * g
+        E1 = E * jnp.exp(log_norm * H) + spread * H * (h * (K + norm * g) + H * K)
+        E1 = (E1 + 4 * eps * (1 + jnp.max(jnp.abs(t1)))) * (1 + 1e-9)
+        ok = (h * g <= 0.5) & (H * g <= 0.5) & (E1 <= R) & (H * K <= tol) & jnp.isfinite(E1)
+        # k strictly above j over the step: the reference's gap at both ends (it is linear
+        # in between) beyond what the two can be off by, 2 (R + grow) [j, k]
+        margin = 2 * (R + grow)
+        gap = jnp.minimum(t[None, :] - t[:, None], t1[None, :] - t1[:, None])
+        above = rest & (gap > margin)
+        can = ~jnp.any(above, axis=1)  # who can lead during the step
+        # ... and whether each keeps a lead it takes: it outpaces every other that can
+        loses = jnp.any(can[None, :] & rest & ~(G0[:, None] > G1[None, :]), axis=1)
+        kept1 = kept & ~(can & loses)
+        seen1 = seen | can[a]
+        top = jnp.argmax(log_mu + n * t1)
+        x_gap = log_mu[top] - log_mu + n * jnp.minimum(t[top] - t, t1[top] - t1)
+        strict = jnp.all((idx == top) | (x_gap > n * margin))
+        holds = ok & strict & (lo[top] > log_B) & kept1[top] & ((top == a) | ~seen1) & (h <= H)
+        failed = (ok & (E1 > e_max)) | (~ok & (H < 1e-280))
+        status = jnp.where(holds, 1, jnp.where(failed, 2, 0))
+        return (
+            jnp.where(ok, t1, t),
+            jnp.where(ok, E1, E),
+            jnp.where(ok, 1.25 * H, 0.5 * H),
+            jnp.where(ok, kept1, kept),
+            jnp.where(ok, seen1, seen),
+            status,
+            jnp.where(holds, top + 1, winner),
+            i + 1,
+        )
+
+    g0 = jnp.max(jnp.abs(field(s)))
+    start = (L >= 3) & (step_now(s) <= start_share * eta)
+    start = start & jnp.all(jnp.isfinite(s)) & jnp.isfinite(g0)
+    init = (
+        s,
+        jnp.zeros((), dtype),
+        tol / (1 + g0) ** 2,
+        jnp.ones(mu.shape, bool),
+        jnp.zeros((), bool),
+        jnp.where(start, 0, 2),
+        _major(mu),
+        0,
+    )
+    running = lambda c: (c[5] == 0) & (c[7] < n_max)  # noqa: E731
+    *_, status, winner, _ = jax.lax.while_loop(running, advance, init)
+    return status == 1, winner.astype(jnp.int32)
 
 
 def _usam_lead(s, mu, L, rho, eta=None):
@@ -1648,6 +1810,7 @@ SAM_L2 = PerturbationRule(
         blowup_won_by_rate=True,
         empties=_l2_middle_empties,
         hands_on=_l2_hands_on,
+        follows=_l2_follows,
     ),
     layers_alike=_l2_alike,
 )
