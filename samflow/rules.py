@@ -394,7 +394,7 @@ def _log_form(
         if follows is not None and at_end and eta is not None and deep_static:
             # steps that vanish: the map follows its flow into the take-over (a verified
             # integration of up to a million steps: at a discrete run's end only)
-            holds, taker = follows(s, mu, L, rho, eta)
+            holds, taker = follows(s, mu, depth, rho, eta)
             # (WINS_LATER, the major's win at some time, says less than its take-over)
             later = (code == _fate.WINS_LATER) & (taker == _major(mu))
             follow = (depth >= 3) & ((code == _fate.OPEN) | later) & holds
@@ -939,7 +939,7 @@ def _interval_mul(a, b):
     return jnp.min(p, axis=0), jnp.max(p, axis=0)
 
 
-def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start_share=0.01):
+def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start_share=0.01):
     r"""Where the discrete l2-SAM step at ``L >= 3``, its steps small, provably follows its
     flow into the take-over certificate (derived in docs/theory/regimes.md#vanishing-steps):
     ``(holds, winner)``, the run's code then ``TAKES_OVER`` with that winner.
@@ -949,7 +949,8 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start
     flow. A coarse Euler run of the same field from the same state, steps ``H``, is a
     reference: both, drawn as polygons in ``tau``, solve ``sigma' = G(sigma) + delta``, and on
     a box ``D`` around the reference the distance ``e`` of the two obeys ``e' <= mu_D e +
-    h_D (|G|^2 + 2 N |G|) + H (|G|^2 + N |G|)`` (per coarse step, exactly integrated),
+    h_D (|G|^2 + 2 N |G|) + H (|G|^2 + N |G|)`` (per coarse step, integrated, the bound
+    never let to shrink; plus the reference's rounding),
     ``mu_D`` a bound of the Jacobian's log-norm (infinity norm) on ``D``, ``N`` of its norm,
     ``|G|`` of the field, ``h_D`` of the step: interval bounds in closed form. A step is
     taken where the new bound stays inside the box it was computed on (else ``H`` halves),
@@ -964,9 +965,13 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start
     if eta is None:
         return jnp.zeros((), bool), _major(mu)
     dtype = s.dtype
-    Lp = jnp.maximum(L, 3.0)
+    if isinstance(L, int | np.integer):  # a static depth: the powers' own multiplies only
+        Lp = float(max(L, 3))
+        k1 = max(int(L), 3) - 1  # L - 1
+    else:
+        Lp = jnp.maximum(L, 3.0)
+        k1 = jnp.round(Lp).astype(jnp.int32) - 1
     n = Lp - 2
-    k1 = jnp.round(Lp).astype(jnp.int32) - 1  # L - 1
     log_mu = jnp.log(mu)
     idx = jnp.arange(mu.shape[0])
     rest = idx[None, :] != idx[:, None]
@@ -1013,20 +1018,23 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start
         return G0, G1, g * slack, log_norm, norm * slack, eta * jax.nn.sigmoid(-z_lo) * slack
 
     def advance(c):
-        t, E, H, kept, seen, status, winner, i = c
+        t, E, H, grow, kept, seen, status, winner, i = c
         t1 = t + jnp.log1p(H * field(t))
         R = 1.5 * E + 1e-10
-        lo, hi = jnp.minimum(t, t1) - R, jnp.maximum(t, t1) + R
-        _, _, g, _, _, h = box(lo, hi)
-        # the box holds every step of the map whose start it holds
-        grow = 2 * h * g + 4 * eps * (1 + jnp.max(jnp.abs(t1)))
-        lo, hi = lo - grow, hi + grow
+        # the box, widened by ``grow`` (guessed from the last box) to hold every step of
+        # the map whose start it holds: checked below, 2 h_D |G| at most
+        lo, hi = jnp.minimum(t, t1) - R - grow, jnp.maximum(t, t1) + R + grow
         G0, G1, g, log_norm, norm, h = box(lo, hi)
+        need = 2 * h * g + 4 * eps * (1 + jnp.max(jnp.abs(t1)))
         spread = jnp.exp(jnp.maximum(log_norm * H, 0.0))
         K = g * g + norm * g
-        E1 = E * jnp.exp(log_norm * H) + spread * H * (h * (K + norm * g) + H * K)
-        E1 = (E1 + 4 * eps * (1 + jnp.max(jnp.abs(t1)))) * (1 + 1e-9)
+        # (the bound never shrinks: it then bounds the distance all along the step)
+        E1 = spread * (E + H * (h * (K + norm * g) + H * K))
+        # the reference's own rounding: a few ulps of the state and of the step's move
+        E1 = (E1 + 4 * eps * (1 + jnp.max(jnp.abs(t1))) + 64 * eps * H * g) * (1 + 1e-9)
         ok = (h * g <= 0.5) & (H * g <= 0.5) & (E1 <= R) & (H * K <= tol) & jnp.isfinite(E1)
+        wide = need <= grow
+        ok = ok & wide
         # k strictly above j over the step: the reference's gap at both ends (it is linear
         # in between) beyond what the two can be off by, 2 (R + grow) [j, k]
         margin = 2 * (R + grow)
@@ -1041,12 +1049,13 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start
         x_gap = log_mu[top] - log_mu + n * jnp.minimum(t[top] - t, t1[top] - t1)
         strict = jnp.all((idx == top) | (x_gap > n * margin))
         holds = ok & strict & (lo[top] > log_B) & kept1[top] & ((top == a) | ~seen1) & (h <= H)
-        failed = (ok & (E1 > e_max)) | (~ok & (H < 1e-280))
+        failed = (ok & (E1 > e_max)) | (~ok & (H < 1e-280)) | (need > 0.01)
         status = jnp.where(holds, 1, jnp.where(failed, 2, 0))
         return (
             jnp.where(ok, t1, t),
             jnp.where(ok, E1, E),
-            jnp.where(ok, 1.25 * H, 0.5 * H),
+            jnp.where(ok, 1.25 * H, jnp.where(wide, 0.5 * H, H)),
+            2 * need,
             jnp.where(ok, kept1, kept),
             jnp.where(ok, seen1, seen),
             status,
@@ -1061,13 +1070,14 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**20, start
         s,
         jnp.zeros((), dtype),
         tol / (1 + g0) ** 2,
+        jnp.asarray(1e-9, dtype),
         jnp.ones(mu.shape, bool),
         jnp.zeros((), bool),
         jnp.where(start, 0, 2),
         _major(mu),
         0,
     )
-    running = lambda c: (c[5] == 0) & (c[7] < n_max)  # noqa: E731
+    running = lambda c: (c[6] == 0) & (c[8] < n_max)  # noqa: E731
     *_, status, winner, _ = jax.lax.while_loop(running, advance, init)
     return status == 1, winner.astype(jnp.int32)
 

@@ -50,13 +50,13 @@ def test_where_it_holds_the_map_ends_led_by_the_winner(L):
         mu = np.sort(rng.uniform(0.5, 4.0, 3))
         rho = rng.uniform(0.3, 1.0)
         eta = rng.uniform(0.002, 0.01)
-        u = rng.uniform(0.6, 1.2, 3) * rho
-        holds, winner = follows(np.log(u), mu, L, rho, eta, start_share=1.0)
+        u = rng.uniform(0.8, 1.5, 3) * rho
+        holds, winner = follows(np.log(u), mu, L, rho, eta, start_share=1.0, n_max=2**20)
         if not holds:
             continue
-        # the map, in chunks, until the take-over's region (its steps shrink: up to 4e5)
+        # the map, in chunks, until the take-over's region (its steps shrink: up to 2e5)
         path = np.array([u])
-        for _ in range(20):
+        for _ in range(10):
             path = np.concatenate([path, numpy_map(path[-1], mu, L, rho, eta, 20_000)[1:]])
             x = mu * path ** (L - 2)
             done = (np.argmax(x, axis=1) + 1 == winner) & (path[:, winner - 1] > np.sqrt(L) * rho)
@@ -75,7 +75,7 @@ def test_where_it_holds_the_map_ends_led_by_the_winner(L):
         if winner != np.argmax(mu) + 1:
             assert not np.any(seen == np.argmax(mu) + 1), "the major led before a minor winner"
         checked += bool(done.any())
-        if checked == 5:
+        if checked == 3:
             break
     assert checked >= 2
 
