@@ -469,6 +469,26 @@ def _discrete_fate(
         [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER, fates.RETURN],
         fates.OPEN,
     )
+    if at_end and closed.follows is not None:
+        # Steps that vanished (docs/theory/regimes.md#vanishing-steps): a verified run of
+        # the flow, tried only where nothing above decided the run (OPEN, or the major's
+        # later win that its path does not yet make a return): TAKES_OVER with its winner.
+        undecided = certified & ~frozen & (fate == fates.OPEN)
+        undecided = undecided & ((code == fates.OPEN) | (code == fates.WINS_LATER))
+        if not setup.padding:
+            static = theta0.shape[0]
+            holds, taker = jax.vmap(
+                lambda st, m, r, e, a: closed.follows(st, m, static, r, e, a),
+                in_axes=(-1, -1, 0, 0, 0),
+            )(state, mu, rho, eta, undecided)
+        else:
+            holds, taker = jax.vmap(closed.follows, in_axes=(-1, -1, 0, 0, 0, 0))(
+                state, mu, depth, rho, eta, undecided
+            )
+        major = jnp.argmax(mu, axis=0) + 1
+        take = undecided & holds & ((code == fates.OPEN) | (taker == major))
+        fate = jnp.where(take, jnp.where(path.lead == taker, fates.SETTLED, fates.TAKEOVER), fate)
+        winner = jnp.where(take, taker, winner)
     return fate.astype(jnp.int32), winner.astype(jnp.int32)
 
 

@@ -166,6 +166,11 @@ class BalancedFlow:
     the run ends, where :attr:`end_fate` is tried. Discrete runs check :attr:`fate` (once
     per chunk of steps).
 
+    ``follows`` (optional, ``(y, mu, depth, rho, eta, attempt) -> (holds, winner)``): a
+    certificate of the discrete step tried at a run's end only where ``attempt`` (the
+    engine: the run is undecided by its path and :attr:`fate_at_end`), as ``TAKES_OVER``
+    with ``winner`` (docs/theory/regimes.md#vanishing-steps).
+
     ``collapse_in_step`` (optional, ``(s, mu, depth, rho) -> bool``): whether a collapse
     certificate of the flow holds at a state: all that the stopping event of a run *not*
     taken to its fate (no ``tau_cap``) asks at each step (a collapse edge counts only where
@@ -179,6 +184,7 @@ class BalancedFlow:
     fate_at_end: Callable[..., tuple[Array, Array]] | None = None
     fate_in_step: Callable[..., tuple[Array, Array]] | None = None
     collapse_in_step: Callable[..., Array] | None = None
+    follows: Callable[..., tuple[Array, Array]] | None = None
 
     @property
     def end_fate(self) -> Callable[..., tuple[Array, Array]] | None:
@@ -390,16 +396,6 @@ def _log_form(
                 # (a verified integration of up to thousands of phases: at the run's end only)
                 code = jnp.where(back & hands_on(s, mu, L, rho, eta), _fate.RETURNS, code)
             winner = jnp.where(back, _major(mu), winner)
-        deep_static = not isinstance(depth, int | np.integer) or depth >= 3
-        if follows is not None and at_end and eta is not None and deep_static:
-            # steps that vanish: the map follows its flow into the take-over (a verified
-            # integration of up to a million steps: at a discrete run's end only)
-            holds, taker = follows(s, mu, depth, rho, eta)
-            # (WINS_LATER, the major's win at some time, says less than its take-over)
-            later = (code == _fate.WINS_LATER) & (taker == _major(mu))
-            follow = (depth >= 3) & ((code == _fate.OPEN) | later) & holds
-            code = jnp.where(follow, _fate.TAKES_OVER, code)
-            winner = jnp.where(follow, taker, winner)
         return code.astype(jnp.int32), winner.astype(jnp.int32)
 
     def fate_at_end(s, mu, depth, rho, eta=None):
@@ -417,9 +413,20 @@ def _log_form(
         code, _ = fate(s, mu, depth, rho, in_step=True, collapse_only=True)
         return code == _fate.COLLAPSE
 
+    def follows_at_end(s, mu, depth, rho, eta, attempt):
+        """``follows`` at a discrete run's end where ``attempt`` (its path decides nothing
+        yet); nothing at a static depth below 3."""
+        if isinstance(depth, int | np.integer) and depth < 3:
+            return jnp.zeros((), bool), _major(mu).astype(jnp.int32)
+        holds, taker = follows(s, mu, depth, rho, eta, attempt=attempt)
+        return (depth >= 3) & holds, taker
+
     at_end = None if hands_on is None else fate_at_end
     in_step = None if empties is None else fate_in_step
-    return BalancedFlow("log", field, fate, blowup_won_by_rate, at_end, in_step, collapse_in_step)
+    verified = None if follows is None else follows_at_end
+    return BalancedFlow(
+        "log", field, fate, blowup_won_by_rate, at_end, in_step, collapse_in_step, verified
+    )
 
 
 def _gd_log_c(log_mu, s, L):
@@ -939,7 +946,9 @@ def _interval_mul(a, b):
     return jnp.min(p, axis=0), jnp.max(p, axis=0)
 
 
-def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start_share=0.01):
+def _l2_follows(
+    s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start_share=0.01, attempt=True
+):
     r"""Where the discrete l2-SAM step at ``L >= 3``, its steps small, provably follows its
     flow into the take-over certificate (derived in docs/theory/regimes.md#vanishing-steps):
     ``(holds, winner)``, the run's code then ``TAKES_OVER`` with that winner.
@@ -961,7 +970,8 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start
     box has one coordinate ``t`` strictly largest in ``x`` and ``u_t > sqrt(L) rho`` (the
     take-over at every depth) with ``h_D <= H`` (a step lands there). Tried only where the
     step now is at most ``start_share`` of ``eta`` (the runs whose steps have vanished; the
-    loop's cost is ``n_max`` steps at most); the flow (``eta`` None) never."""
+    loop's cost is ``n_max`` steps at most) and ``attempt`` (the engine: where the run's path
+    and certificates decide nothing); the flow (``eta`` None) never."""
     if eta is None:
         return jnp.zeros((), bool), _major(mu)
     dtype = s.dtype
@@ -1064,7 +1074,7 @@ def _l2_follows(s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start
         )
 
     g0 = jnp.max(jnp.abs(field(s)))
-    start = (L >= 3) & (step_now(s) <= start_share * eta)
+    start = attempt & (L >= 3) & (step_now(s) <= start_share * eta)
     start = start & jnp.all(jnp.isfinite(s)) & jnp.isfinite(g0)
     init = (
         s,
