@@ -469,27 +469,50 @@ def _discrete_fate(
         [fates.COLLAPSE, fates.FINITE, fates.SETTLED, fates.TAKEOVER, fates.RETURN],
         fates.OPEN,
     )
-    if at_end and closed.follows is not None:
+    if at_end and closed.follows is not None and (setup.padding or theta0.shape[0] >= 3):
         # Steps that vanished (docs/theory/regimes.md#vanishing-steps): a verified run of
         # the flow, tried only where nothing above decided the run (OPEN, or the major's
         # later win that its path does not yet make a return): TAKES_OVER with its winner.
         undecided = certified & ~frozen & (fate == fates.OPEN)
         undecided = undecided & ((code == fates.OPEN) | (code == fates.WINS_LATER))
-        if not setup.padding:
+        follows = closed.follows
+        if not setup.padding:  # one depth, static: the certificate's powers specialise
             static = theta0.shape[0]
-            holds, taker = jax.vmap(
-                lambda st, m, r, e, a: closed.follows(st, m, static, r, e, a),
-                in_axes=(-1, -1, 0, 0, 0),
-            )(state, mu, rho, eta, undecided)
-        else:
-            holds, taker = jax.vmap(closed.follows, in_axes=(-1, -1, 0, 0, 0, 0))(
-                state, mu, depth, rho, eta, undecided
-            )
+            follows = lambda st, m, L, r, e, a: closed.follows(st, m, static, r, e, a)  # noqa: E731
+        holds, taker = _in_groups(follows, undecided, state, mu, depth, rho, eta)
         major = jnp.argmax(mu, axis=0) + 1
         take = undecided & holds & ((code == fates.OPEN) | (taker == major))
         fate = jnp.where(take, jnp.where(path.lead == taker, fates.SETTLED, fates.TAKEOVER), fate)
         winner = jnp.where(take, taker, winner)
     return fate.astype(jnp.int32), winner.astype(jnp.int32)
+
+
+def _in_groups(certificate: Callable, attempt: Array, *args: Array) -> tuple[Array, Array]:
+    """``certificate(*point_args, attempt) -> (holds, winner)`` (one point's, a loop) for
+    the points of the batch's last axis where ``attempt`` holds, gathered :data:`VECTOR`
+    at a time: ``(holds, winner)`` ``[T]``, False and 0 where not attempted.
+
+    A loop under ``vmap`` runs until its slowest lane stops, so in a tile of 128 points
+    every point would pay the iterations of the one attempted; gathered, a group of
+    attempted points pays its own. The last group's start is clamped to the batch, so it
+    may run again points of the group before it (the same points: the same results)."""
+    T = attempt.shape[-1]
+    size = min(VECTOR, T)
+    order = jnp.argsort(~attempt, stable=True)  # the attempted points first
+    count = jnp.sum(attempt)
+    run = jax.vmap(certificate, in_axes=(-1,) * len(args) + (0,))
+
+    def group(carry):
+        g, holds, winner = carry
+        idx = lax.dynamic_slice(order, (jnp.minimum(g * size, T - size),), (size,))
+        tried = attempt[idx]
+        h, w = run(*(jnp.take(a, idx, axis=-1) for a in args), tried)
+        w = jnp.where(tried, w, 0).astype(jnp.int32)
+        return g + 1, holds.at[idx].set(h & tried), winner.at[idx].set(w)
+
+    init = (jnp.zeros((), jnp.int32), jnp.zeros(T, bool), jnp.zeros(T, jnp.int32))
+    _, holds, winner = lax.while_loop(lambda c: c[0] * size < count, group, init)
+    return holds, winner
 
 
 def _discrete_tile(setup: Setup) -> Callable:

@@ -51,7 +51,7 @@ def test_where_it_holds_the_map_ends_led_by_the_winner(L):
         rho = rng.uniform(0.3, 1.0)
         eta = rng.uniform(0.002, 0.01)
         u = rng.uniform(0.8, 1.5, 3) * rho
-        holds, winner = follows(np.log(u), mu, L, rho, eta, start_share=1.0, n_max=2**20)
+        holds, winner = follows(np.log(u), mu, L, rho, eta, start_share=1.0)
         if not holds:
             continue
         # the map, in chunks, until the take-over's region (its steps shrink: up to 2e5)
@@ -91,3 +91,27 @@ def test_the_figure_grids_run_whose_steps_vanished_is_labelled_as_its_flow():
     assert int(run.stop_leader) == 1  # a minor leads where the map stops
     assert int(run.regime) == int(flow.regime) == samflow.regimes.SEQUENTIAL
     assert int(run.limit_coord) == int(flow.limit_coord) == 4
+
+
+@pytest.mark.parametrize("T", [1, 5, 8, 24, 128])
+def test_the_engine_runs_the_loop_on_gathered_groups_with_the_results_of_every_point(T):
+    """``engine._in_groups`` (a loop per point, run on groups of attempted points): the
+    same results as the loop vmapped over the whole batch, masked where not attempted,
+    for batches shorter than a group, not a multiple of it, and none or every point
+    attempted; each point's loop counts to a number of its own, so a point run with
+    another's inputs, or left out, shows."""
+    from samflow import engine
+
+    def certificate(a, b, attempt):  # a loop of a point's own length: (a > b, steps)
+        stop = jnp.where(attempt, jnp.round(a * 10).astype(jnp.int32), 0)
+        n = jax.lax.while_loop(lambda i: i < stop, lambda i: i + 1, 0)
+        return attempt & (a > b), n
+
+    rng = np.random.default_rng(T)
+    a, b = jnp.asarray(rng.uniform(0, 5, T)), jnp.asarray(rng.uniform(0, 5, T))
+    for attempt in (rng.uniform(size=T) < 0.3, np.zeros(T, bool), np.ones(T, bool)):
+        attempt = jnp.asarray(attempt)
+        holds, n = jax.jit(lambda *x: engine._in_groups(certificate, *x))(attempt, a, b)
+        want_holds, want_n = jax.vmap(certificate)(a, b, attempt)
+        np.testing.assert_array_equal(holds, want_holds)
+        np.testing.assert_array_equal(n, np.where(attempt, want_n, 0))
