@@ -946,9 +946,16 @@ def _interval_mul(a, b):
     return jnp.min(p, axis=0), jnp.max(p, axis=0)
 
 
-def _l2_follows(
-    s, mu, L, rho, eta=None, tol=1e-3, e_max=0.3, n_max=2**17, start_share=0.01, attempt=True
-):
+FOLLOW_TRIES = ((1e-2, False, 2**15), (1e-7, True, 2**15), (1e-3, False, 2**17))
+"""The tries of :func:`_l2_follows`, in order: ``(tol, per_step, steps)``, the reference's
+steps kept to ``H (|G|^2 + N |G|) <= tol`` (the bound's growth per unit of rescaled time)
+or, ``per_step``, ``H^2 (|G|^2 + N |G|) <= tol`` (its growth per step: longer steps where
+the field is steep, near a blow-up), for up to ``steps`` reference steps. Each is a proof
+where it holds; a later one is tried where an earlier gave up. The last is the first
+version's one budget, so every state that version decided is still decided."""
+
+
+def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01, attempt=True):
     r"""Where the discrete l2-SAM step at ``L >= 3``, its steps small, provably follows its
     flow into the take-over certificate (derived in docs/theory/regimes.md#vanishing-steps):
     ``(holds, winner)``, the run's code then ``TAKES_OVER`` with that winner.
@@ -963,15 +970,18 @@ def _l2_follows(
     ``mu_D`` a bound of the Jacobian's log-norm (infinity norm) on ``D``, ``N`` of its norm,
     ``|G|`` of the field, ``h_D`` of the step: interval bounds in closed form. A step is
     taken where the new bound stays inside the box it was computed on (else ``H`` halves),
-    where ``h_D |G|, H |G| <= 1/2``, and where ``H (|G|^2 + N |G|) <= tol``. On each box,
+    where ``h_D |G|, H |G| <= 1/2``, and where the try's ``tol`` holds. On each box,
     every coordinate ``t`` that could lead (its top at least every lower end) must outpace
     every other such coordinate on the whole box (``G_t > G_k``), so a lead it takes is
     kept; where ``t`` is a minor, the major must never be able to lead. It holds where a
     box has one coordinate ``t`` strictly largest in ``x`` and ``u_t > sqrt(L) rho`` (the
-    take-over at every depth) with ``h_D <= H`` (a step lands there). Tried only where the
-    step now is at most ``start_share`` of ``eta`` (the runs whose steps have vanished; the
-    loop's cost is ``n_max`` steps at most) and ``attempt`` (the engine: where the run's path
-    and certificates decide nothing); the flow (``eta`` None) never."""
+    take-over at every depth) with ``h_D <= H`` (a step lands there). A try gives up where
+    the bound passes ``e_max``, where no coordinate is left that could still win (each lost
+    a lead it could take, or, once the major could lead, the major did), or after its steps;
+    the next then starts again from ``s`` (``tries``, :data:`FOLLOW_TRIES`). Tried only
+    where the step now is at most ``start_share`` of ``eta`` (the runs whose steps have
+    vanished) and ``attempt`` (the engine: where the run's path and certificates decide
+    nothing); the flow (``eta`` None) never."""
     if eta is None:
         return jnp.zeros((), bool), _major(mu)
     dtype = s.dtype
@@ -989,12 +999,11 @@ def _l2_follows(
     log_B = jnp.log(rho) + 0.5 * jnp.log(Lp)
     eps = jnp.finfo(dtype).eps
 
-    def log_M(t):  # M = ||m||_2 / rho, so q_j = x_j / M = rho c x_j
-        log_m2 = jax.nn.logsumexp(2 * log_mu + 2 * (Lp - 1) * t)
-        return 0.5 * jnp.log(Lp) + 0.5 * log_m2 - jnp.log(rho)
+    def log_M(t):  # M = ||m||_2 / rho = 1 / (rho c), so q_j = x_j / M = rho c x_j
+        return -_l2_log_c(log_mu, t, Lp) - jnp.log(rho)
 
     def field(t):
-        log_x = log_mu + n * t
+        log_x = _log_x(t, mu, Lp)
         return jnp.exp(log_x) * signed_int_pow(1 - jnp.exp(log_x - log_M(t)), k1)
 
     def step_now(t):
@@ -1027,8 +1036,13 @@ def _l2_follows(
         log_norm = log_norm + 1e-9 * jnp.abs(log_norm)
         return G0, G1, g * slack, log_norm, norm * slack, eta * jax.nn.sigmoid(-z_lo) * slack
 
+    tries = FOLLOW_TRIES if tries is None else tries
+    tol = jnp.asarray([t[0] for t in tries], dtype)
+    per_step = jnp.asarray([t[1] for t in tries])
+    steps = jnp.asarray([t[2] for t in tries])
+
     def advance(c):
-        t, E, H, grow, kept, seen, status, winner, i = c
+        t, E, H, grow, kept, seen, status, winner, i, k = c
         t1 = t + jnp.log1p(H * field(t))
         R = 1.5 * E + 1e-10
         # the box, widened by ``grow`` (guessed from the last box) to hold every step of
@@ -1042,7 +1056,8 @@ def _l2_follows(
         E1 = spread * (E + H * (h * (K + norm * g) + H * K))
         # the reference's own rounding: a few ulps of the state and of the step's move
         E1 = (E1 + 4 * eps * (1 + jnp.max(jnp.abs(t1))) + 64 * eps * H * g) * (1 + 1e-9)
-        ok = (h * g <= 0.5) & (H * g <= 0.5) & (E1 <= R) & (H * K <= tol) & jnp.isfinite(E1)
+        within = jnp.where(per_step[k], H * H * K, H * K) <= tol[k]
+        ok = (h * g <= 0.5) & (H * g <= 0.5) & (E1 <= R) & within & jnp.isfinite(E1)
         wide = need <= grow
         ok = ok & wide
         # k strictly above j over the step: the reference's gap at both ends (it is linear
@@ -1059,36 +1074,45 @@ def _l2_follows(
         x_gap = log_mu[top] - log_mu + n * jnp.minimum(t[top] - t, t1[top] - t1)
         strict = jnp.all((idx == top) | (x_gap > n * margin))
         holds = ok & strict & (lo[top] > log_B) & kept1[top] & ((top == a) | ~seen1) & (h <= H)
-        failed = (ok & (E1 > e_max)) | (~ok & (H < 1e-280)) | (need > 0.01)
+        kept1, seen1 = jnp.where(ok, kept1, kept), jnp.where(ok, seen1, seen)
+        hopeless = ~jnp.any(kept1 & ((idx == a) | ~seen1))  # kept only falls, seen only rises
+        failed = (ok & (E1 > e_max)) | (~ok & (H < 1e-280)) | (need > 0.01) | hopeless
+        failed = failed | (i + 1 >= steps[k])
         status = jnp.where(holds, 1, jnp.where(failed, 2, 0))
-        return (
+        c = (
             jnp.where(ok, t1, t),
             jnp.where(ok, E1, E),
             jnp.where(ok, 1.25 * H, jnp.where(wide, 0.5 * H, H)),
             2 * need,
-            jnp.where(ok, kept1, kept),
-            jnp.where(ok, seen1, seen),
+            kept1,
+            seen1,
             status,
             jnp.where(holds, top + 1, winner),
             i + 1,
+            k,
         )
+        again = (status == 2) & (k + 1 < len(tries))  # the next try, from the start
+        return jax.tree.map(lambda x, y: jnp.where(again, x, y), first(k + 1), c)
 
     g0 = jnp.max(jnp.abs(field(s)))
     start = attempt & (L >= 3) & (step_now(s) <= start_share * eta)
     start = start & jnp.all(jnp.isfinite(s)) & jnp.isfinite(g0)
-    init = (
-        s,
-        jnp.zeros((), dtype),
-        tol / (1 + g0) ** 2,
-        jnp.asarray(1e-9, dtype),
-        jnp.ones(mu.shape, bool),
-        jnp.zeros((), bool),
-        jnp.where(start, 0, 2),
-        _major(mu),
-        0,
-    )
-    running = lambda c: (c[6] == 0) & (c[8] < n_max)  # noqa: E731
-    *_, status, winner, _ = jax.lax.while_loop(running, advance, init)
+
+    def first(k):  # a try's start
+        return (
+            s,
+            jnp.zeros((), dtype),
+            jnp.asarray(1e-3, dtype) / (1 + g0) ** 2,
+            jnp.asarray(1e-9, dtype),
+            jnp.ones(mu.shape, bool),
+            jnp.zeros((), bool),
+            jnp.where(start, 0, 2),
+            _major(mu),
+            jnp.zeros((), jnp.int32),
+            jnp.asarray(k, jnp.int32),
+        )
+
+    *_, status, winner, _, _ = jax.lax.while_loop(lambda c: c[6] == 0, advance, first(0))
     return status == 1, winner.astype(jnp.int32)
 
 
