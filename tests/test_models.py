@@ -431,11 +431,12 @@ def test_default_sweep_key_is_unchanged():
     5264b7b5555fee57 before) and limit-8 (the discrete collapse at L = 2 with h <= eta / 2,
     l2-SAM's middle that empties, crossing bound and region that outlasts;
     7f8ed0936188d315 before) and limit-9 (l2-SAM's exact race to the bound and its pinned
-    major that hands the lead on; 7be61b4696a064a4 before), so that no chunk of an old key
-    is ever resumed."""
+    major that hands the lead on; 7be61b4696a064a4 before) and limit-10 (the discrete map
+    that follows its flow where its steps vanished; 8061127e6828820c before), so that no
+    chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert spec.summaries is None and spec.key() == "8061127e6828820c"
+    assert spec.summaries is None and spec.key() == "93826199b42d3c8c"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 

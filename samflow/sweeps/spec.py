@@ -44,28 +44,27 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-9"
+LABELS = "limit-10"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
-under another meaning (limit-8: before l2-SAM's exact race to the bound,
-docs/theory/regimes.md#lead-certificates-at-every-depth, and its pinned major that hands
-the lead on at odd L, docs/theory/regimes.md#pinned-major; limit-7: before those
-certificates: the discrete collapse at
-L = 2 with the step's bound h <= eta / 2,
+under another meaning (limit-9: before the discrete l2-SAM map that follows its flow where
+its steps vanished, docs/theory/regimes.md#vanishing-steps; limit-8: before l2-SAM's exact
+race to the bound, docs/theory/regimes.md#lead-certificates-at-every-depth, and its pinned
+major that hands the lead on at odd L, docs/theory/regimes.md#pinned-major; limit-7: before
+those certificates: the discrete collapse at L = 2 with the step's bound h <= eta / 2,
 docs/theory/regimes.md#discrete-collapse-at-depth-two, l2-SAM's middle that empties into
 collapse, docs/theory/regimes.md#middle-empties, its crossing bound at odd L,
 docs/theory/regimes.md#crossing-bound, and its region that outlasts the race,
 docs/theory/regimes.md#region-outlasts; limit-6: before these labels: a blow-up without a
 proven winner left unresolved (a rule of one's own, other models) and linf-SAM's flow
-labelled by its first blow-up, docs/theory/regimes.md#linf-first-blow-up; l2-SAM's middle
-at depth two, docs/theory/regimes.md#middle-at-depth-two, and its take-over by a minor with
-the strictly largest rate, docs/theory/regimes.md#minor-winner; limit-5: before take-overs
-named their winner, a minor coordinate included, docs/theory/regimes.md#minor-winner, and
-before the blow-up's winner was kept to the closed forms that declare its proof (a rule of
-one's own is read by its leader at the blow-up again); limit-4: before this stop's
-certificates: linf-SAM's discrete step, docs/theory/regimes.md#linf-sam-discrete-step,
-USAM's finite limits and leads beyond the region at L >= 3,
-docs/theory/regimes.md#finite-limits-of-usam, l2-SAM's lead by a minor leader with the
-largest rate and race to the bound,
+labelled by its first blow-up, docs/theory/regimes.md#linf-first-blow-up; l2-SAM's middle at
+depth two, docs/theory/regimes.md#middle-at-depth-two, and its take-over by a minor with the
+strictly largest rate, docs/theory/regimes.md#minor-winner; limit-5: before take-overs named
+their winner, a minor coordinate included, docs/theory/regimes.md#minor-winner, and before
+the blow-up's winner was kept to the closed forms that declare its proof (a rule of one's
+own is read by its leader at the blow-up again); limit-4: before this stop's certificates:
+linf-SAM's discrete step, docs/theory/regimes.md#linf-sam-discrete-step, USAM's finite
+limits and leads beyond the region at L >= 3, docs/theory/regimes.md#finite-limits-of-usam,
+l2-SAM's lead by a minor leader with the largest rate and race to the bound,
 docs/theory/regimes.md#lead-certificates-at-every-depth, l2-SAM's second collapse
 certificate and the blow-up's winner; limit-3: before the take-over at every depth and the
 labels of stalled tied starts, docs/theory/regimes.md#takeover-at-every-depth; limit-2:
