@@ -27,11 +27,13 @@ CHILD = textwrap.dedent(
     import samflow
     from samflow import mappings
 
-    # About five discrete programs' worth (about 470 mappings each since the certificates
-    # of issue 38 grew them; the first call, with JAX's own programs, about 830): the
-    # first call must fit whole, as nothing it holds can be released while it runs, and
-    # the six together (about 3,200) must not, or the control below could not crash.
-    HEADROOM = 2400
+    # About four discrete programs' worth (800-950 mappings each at depths 3-7 since the
+    # certificates of issue 38 grew them; the first call, with JAX's own programs, about
+    # 1,300): the first call must fit whole, as nothing it holds can be released while it
+    # runs; a release comes once half of what is left after the last one is taken, so a
+    # program must fit in that half (about 1,400 here); and the six together (about
+    # 5,700) must not fit, or the control below could not crash.
+    HEADROOM = 3200
     if sys.argv[1] == "off":
         mappings.relieve = lambda: False
     held = [mmap.mmap(-1, 4096) for _ in range(mappings.cap() - HEADROOM - mappings.count())]
