@@ -946,13 +946,19 @@ def _interval_mul(a, b):
     return jnp.min(p, axis=0), jnp.max(p, axis=0)
 
 
-FOLLOW_TRIES = ((1e-2, False, 2**15), (1e-7, True, 2**15), (1e-3, False, 2**17))
+FOLLOW_TRIES = (
+    (1e-2, False, 2**15),
+    (1e-7, True, 2**15),
+    (1e-3, False, 2**17),
+    (1.5e-9, True, 2**18),
+)
 """The tries of :func:`_l2_follows`, in order: ``(tol, per_step, steps)``, the reference's
 steps kept to ``H (|G|^2 + N |G|) <= tol`` (the bound's growth per unit of rescaled time)
 or, ``per_step``, ``H^2 (|G|^2 + N |G|) <= tol`` (its growth per step: longer steps where
 the field is steep, near a blow-up), for up to ``steps`` reference steps. Each is a proof
-where it holds; a later one is tried where an earlier gave up. The last is the first
-version's one budget, so every state that version decided is still decided."""
+where it holds; a later one is tried where an earlier gave up. The third is the first
+version's one budget, so every state that version decided is still decided; the fourth, a
+fine budget per step, takes runs whose coordinates near their blow-up together."""
 
 
 def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01, attempt=True):
