@@ -1466,9 +1466,53 @@ def _l2_deep_collapse(s, mu, L, rho, eta=None):
         log_mu_max + (Lp - 1) * (jnp.log(rho) - 0.5 * jnp.log(Lp)),
         log_mu_max / Lp + p * (jnp.log(p) - 1),
     )
-    log_B = jnp.maximum(jnp.max(s), log_step)
-    grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
-    return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)
+
+    def ball(log_U):  # U never leaves [0, max(U, eta J)], inside U < rho_0
+        log_B = jnp.maximum(log_U, log_step)
+        grow = jnp.log1p(eta * jnp.sqrt(Lp * jnp.sum(mu * mu)) * jnp.exp((Lp - 1) * log_B) / rho)
+        return (log_B < log_rho0) & ((log_B - log_rho0) / (Lp - 2) + grow <= 0)
+
+    return ball(jnp.max(s)) | _l2_step_shrinks_to_ball(s, mu, Lp, rho, eta, log_rho0, ball)
+
+
+def _l2_step_shrinks_to_ball(s, mu, L, rho, eta, log_rho0, ball):
+    r"""The discrete step's form of :func:`_l2_shrinking_below_fixed_point` (l2-SAM, even
+    ``L >= 4``; derived in docs/theory/regimes.md#collapse-certificates): every
+    \(r_j \ge 1\), some \(u_j < u^\star_j\), and a level \(U_\ell\) at which ``ball``
+    (the first certificate's, for the step) holds, with, for every \(j\),
+
+    \[ \ell_j = \Bigl(\frac{\sqrt{L}\,\mu_{\min} U_\ell^{L-1}}{\rho\,\mu_j}\Bigr)^{1/(L-2)}
+        \ge (L-2)\,\frac{\eta}{2}\,\mu_j \Bigl(\frac{\rho}{\sqrt L}\Bigr)^{L-1}. \]
+
+    In the region \(A = \{r_j \ge 1\ \forall j\}\) the step multiplies \(u_j\) by
+    \(f_j = 1 - a_j\), \(a_j = h x_j (r_j - 1)^{L-1} \ge 0\) (``L - 1`` odd), \(h \le
+    \eta/2\) at even ``L``. \(r_j \ge 1\) reads \(\rho\mu_j u_j^{L-2} \ge N \ge
+    \sqrt{L}\,\mu_{\min} U^{L-1}\), so \(u_j \ge \ell_j\) while \(U \ge U_\ell\); and
+    \(N \ge \sqrt{L}\,\mu_j u_j^{L-1}\) gives \(r_j \le \rho/(\sqrt{L} u_j)\), so, with
+    \(\delta = r_j - 1\), \((L-2)\,h x_j \delta^{L-2} r_j \le (L-2)\,h x_j r_j^{L-1} \le
+    (L-2)\,h \mu_j (\rho/\sqrt L)^{L-1}/u_j \le 1\). Then \(0 \le a_j \le 1/(L-2)\) (no
+    overshoot, \(f_j \in (0, 1]\)), every \(f_k \le 1\) gives \(N' \le N\), and by
+    Bernoulli \(r_j' \ge r_j f_j^{L-2} \ge (1 + \delta)(1 - (L-2)\,a_j) \ge 1\), as
+    \((L-2)\,a_j (1 + \delta) = \delta \cdot (L-2)\,h x_j \delta^{L-2} r_j \le \delta\):
+    \(A\) is kept and no \(u_j\) rises. While \(U \ge U_\ell\), \(u\) is monotone, so it
+    converges; a limit with \(U \ge U_\ell\) has \(N > 0\), is a fixed point of the
+    (continuous) step, so every \(a_j = 0\), and has every \(r_j \ge 1\), so no \(u_j\) is
+    0 and every \(r_j = 1\): the limit is \(u^\star\), which a coordinate already below
+    \(u^\star_j\) cannot reach. So \(U\) falls below \(U_\ell\), where ``ball`` holds
+    (it is monotone in \(U\)). The levels tried are \(\rho_0 (1 - 2^{-k})\) and
+    \(\rho_0 2^{-k/4}\). Compared in logs; ``L`` as at least 4 (the caller masks the
+    rest)."""
+    log_mu, log_rho = jnp.log(mu), jnp.log(rho)
+    half_log_L = 0.5 * jnp.log(L)
+    k = jnp.arange(1, 41, dtype=s.dtype)
+    log_level = log_rho0 + jnp.concatenate([jnp.log1p(-(2.0**-k)), -0.25 * jnp.log(2.0) * (k + 3)])
+    log_floor = (  # log l_j at each level [levels, d]
+        half_log_L + jnp.min(log_mu) + (L - 1) * log_level[:, None] - log_rho - log_mu
+    ) / (L - 2)
+    log_need = jnp.log(L - 2) + jnp.log(eta / 2) + log_mu + (L - 1) * (log_rho - half_log_L)
+    # (1e-9: the bounds' own rounding)
+    kept = jnp.all(log_floor >= log_need + 1e-9, axis=1) & jax.vmap(ball)(log_level)
+    return _l2_shrinking_below_fixed_point(s, mu, L, rho) & jnp.any(kept)
 
 
 def _l2_shrinking_below_fixed_point(s, mu, L, rho):

@@ -590,6 +590,78 @@ def test_a_flow_with_every_r_above_one_collapses(depth):
         assert np.all(np.diff(path, axis=1) < 1e-9)
 
 
+def _l2_step_ball(u, mu, L, rho, eta):
+    """The first discrete collapse certificate (l2-SAM, even L), in NumPy, per row of u, mu
+    [n, d]: U = max_j |u_j|, B = max(U, eta J) below rho_0 with the growth condition."""
+    p = (L - 1) / L
+    top = mu.max(axis=-1)
+    J = np.minimum(top * (rho / np.sqrt(L)) ** (L - 1), top ** (1 / L) * (p / np.e) ** p)
+    B = np.maximum(np.max(np.abs(u), axis=-1), eta * J)
+    norm = np.sqrt(L * np.sum(mu * mu, axis=-1))
+    rho0 = rho * mu.min(axis=-1) / norm
+    grow = 1 + eta * norm * B ** (L - 1) / rho
+    return (B < rho0) & ((B / rho0) ** (1 / (L - 2)) * grow <= 1)
+
+
+@pytest.mark.parametrize("depth", [4, 6])
+def test_a_step_map_with_every_r_above_one_collapses(depth):
+    """The discrete step's form of the second collapse certificate (l2-SAM, even L;
+    docs/theory/regimes.md#collapse-certificates): every r_j >= 1, some u_j below u*
+    (bisection here), and steps small enough for the region to be kept down to a level
+    where the first certificate holds. From random such states above rho_0 (where the
+    first one does not fire), at a few (rho, eta) with eta rho^(L-2) near the floor's
+    limit, the certificate fires on most states, and a NumPy float64 loop of the
+    balanced step map, read every step, keeps every r_j >= 1 and every u_j from rising
+    (1e-12 relative: the loop's own rounding) until the first certificate holds, checked
+    here in NumPy. With a step 100 times longer it fires on none, and there the loop
+    has some u_j rise from at least half of the states (the floor is needed)."""
+    rng = np.random.default_rng(90 + depth)
+    L, n = depth, 16
+    fired = 0
+    settings = {4: ((1.0, 0.01), (1.0, 0.02), (0.5, 0.08)), 6: ((1.0, 0.3), (0.5, 4.8))}[L]
+    for rho, eta in settings:
+        states = []
+        while len(states) < n:
+            mu = rng.uniform(0.5, 3.0, size=4)
+            star = _l2_fixed_point(mu, L, rho)
+            u = star * rng.uniform(0.3, 0.6) * np.exp(rng.uniform(-0.05, 0.05, size=4))
+            if _l2_r(u, mu, L, rho).min() >= 1 and not _l2_step_ball(u, mu, L, rho, eta):
+                states.append((mu, u))
+        mu = np.array([m for m, _ in states])
+        u = np.array([u for _, u in states])
+        code, _ = certify(SAM_L2, np.log(u), mu, L, rho, eta)
+        long_code, _ = certify(SAM_L2, np.log(u), mu, L, rho, 100 * eta)
+        assert not np.any(long_code == fates.COLLAPSE), (rho, eta, long_code)
+        rose, v = np.zeros(n, bool), u.copy()  # ... rightly: there the region is left
+        for _ in range(3000):
+            m = mu * v ** (L - 1)
+            w = v - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+            zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+            v_next = v + 100 * eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+            rose |= np.any(np.abs(v_next) > np.abs(v) * (1 + 1e-12), axis=1)
+            v = v_next
+        assert np.sum(rose) >= n // 2, (rho, eta, np.sum(rose))
+        keep = code == fates.COLLAPSE
+        fired += np.sum(keep)
+        mu, u = mu[keep], u[keep]
+        done = np.zeros(len(u), bool)
+        for t in range(100_000):
+            done |= _l2_step_ball(u, mu, L, rho, eta)
+            if done.all():
+                break
+            m = mu * u ** (L - 1)
+            w = u - rho * m / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+            zt = np.minimum(np.sum(mu * w**L, axis=1, keepdims=True), 700.0)
+            u_next = u + eta / (1.0 + np.exp(zt)) * mu * w ** (L - 1)
+            assert np.all(np.abs(u_next) <= np.abs(u) * (1 + 1e-12)), (rho, eta, t)
+            u = np.where(done[:, None], u, u_next)
+            m = mu * np.abs(u) ** (L - 1)
+            r = rho * mu * np.abs(u) ** (L - 2) / np.sqrt(L * np.sum(m * m, axis=1, keepdims=True))
+            assert r.min() >= 1 - 1e-12, (rho, eta, t)
+        assert done.all(), (rho, eta, np.nonzero(~done))
+    assert fired >= 0.9 * len(settings) * n, fired
+
+
 @pytest.mark.parametrize("depth", [3, 4])
 def test_l2_a_minor_leader_with_the_largest_rate_leads_for_ever(depth):
     """l2-SAM at L >= 3 (docs/theory/regimes.md#lead-certificates-at-every-depth, *a minor

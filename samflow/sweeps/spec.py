@@ -44,9 +44,11 @@ RECORD_VALUES = 4
 """Per-point, per-record values of a sweep's result (dominant, beta_norm, loss, tau)."""
 SUMMARY_RECORD_VALUES = 6
 """Per-record values the regression summaries add at most (samflow.summaries.NAMES)."""
-LABELS = "limit-10"
+LABELS = "limit-11"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
-under another meaning (limit-9: before the discrete l2-SAM map that follows its flow where
+under another meaning (limit-10: before the discrete step's collapse from every r_j >= 1
+below the fixed point, l2-SAM at even L, docs/theory/regimes.md#collapse-certificates;
+limit-9: before the discrete l2-SAM map that follows its flow where
 its steps vanished, docs/theory/regimes.md#vanishing-steps; limit-8: before l2-SAM's exact
 race to the bound, docs/theory/regimes.md#lead-certificates-at-every-depth, and its pinned
 major that hands the lead on at odd L, docs/theory/regimes.md#pinned-major; limit-7: before
