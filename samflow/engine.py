@@ -377,11 +377,14 @@ def _discrete_fate(
     rho,
     eta,
     at_end: bool = False,
-) -> tuple[Array, Array]:
+) -> tuple[Array, Array, Array]:
     """What decided a discrete run's future (:mod:`samflow.fate`), ``[*batch]``, at the
     state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there;
-    and the certificate's winner ``[*batch]`` (1-based), the limit's leader of a
-    ``TAKEOVER`` (the major or a minor coordinate, :func:`samflow.regimes.finish`).
+    the certificate's winner ``[*batch]`` (1-based), the limit's leader of a
+    ``TAKEOVER`` (the major or a minor coordinate, :func:`samflow.regimes.finish`); and
+    the first strict leader from there where a run that has seen no leader is taken over
+    by the map that follows its flow (else 0: :func:`samflow.regimes.finish` parts a tie
+    by mu).
 
     The fall of ``max_j |beta_j|`` by ``singular_log_range`` below its start (the path
     observer's frozen floor) decides nothing by itself
@@ -400,8 +403,9 @@ def _discrete_fate(
     path, floor = watched
     frozen = jnp.isinf(floor)
     closed = setup.rule.balanced
+    none = jnp.zeros(frozen.shape, jnp.int32)
     if not _certifiable(setup, X.shape[0]):
-        return jnp.full(frozen.shape, fates.OPEN, jnp.int32), _major(setup, X[0])
+        return jnp.full(frozen.shape, fates.OPEN, jnp.int32), _major(setup, X[0]), none
     # Per point (balanced.equal_layers asks it of the whole batch, on the host).
     depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
     real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
@@ -479,18 +483,21 @@ def _discrete_fate(
         if not setup.padding:  # one depth, static: the certificate's powers specialise
             static = theta0.shape[0]
             follows = lambda st, m, L, r, e, a: closed.follows(st, m, static, r, e, a)  # noqa: E731
-        holds, taker = _in_groups(follows, undecided, state, mu, depth, rho, eta)
+        holds, taker, leads_first = _in_groups(follows, undecided, state, mu, depth, rho, eta)
         major = jnp.argmax(mu, axis=0) + 1
         take = undecided & holds & ((code == fates.OPEN) | (taker == major))
+        # a run that has seen no leader is named by who leads first: proven, or not taken
+        take = take & ((path.count > 0) | (leads_first > 0))
         fate = jnp.where(take, jnp.where(path.lead == taker, fates.SETTLED, fates.TAKEOVER), fate)
         winner = jnp.where(take, taker, winner)
-    return fate.astype(jnp.int32), winner.astype(jnp.int32)
+        none = jnp.where(take & (path.count == 0), leads_first, none)
+    return fate.astype(jnp.int32), winner.astype(jnp.int32), none
 
 
-def _in_groups(certificate: Callable, attempt: Array, *args: Array) -> tuple[Array, Array]:
-    """``certificate(*point_args, attempt) -> (holds, winner)`` (one point's, a loop) for
-    the points of the batch's last axis where ``attempt`` holds, gathered :data:`VECTOR`
-    at a time: ``(holds, winner)`` ``[T]``, False and 0 where not attempted.
+def _in_groups(certificate: Callable, attempt: Array, *args: Array) -> tuple[Array, ...]:
+    """``certificate(*point_args, attempt) -> (holds, *values)`` (one point's, a loop; the
+    values int) for the points of the batch's last axis where ``attempt`` holds, gathered
+    :data:`VECTOR` at a time: ``(holds, *values)`` ``[T]``, False and 0 where not attempted.
 
     A loop under ``vmap`` runs until its slowest lane stops, so in a tile of 128 points
     every point would pay the iterations of the one attempted; gathered, a group of
@@ -503,16 +510,20 @@ def _in_groups(certificate: Callable, attempt: Array, *args: Array) -> tuple[Arr
     run = jax.vmap(certificate, in_axes=(-1,) * len(args) + (0,))
 
     def group(carry):
-        g, holds, winner = carry
+        g, holds, values = carry
         idx = lax.dynamic_slice(order, (jnp.minimum(g * size, T - size),), (size,))
         tried = attempt[idx]
-        h, w = run(*(jnp.take(a, idx, axis=-1) for a in args), tried)
-        w = jnp.where(tried, w, 0).astype(jnp.int32)
-        return g + 1, holds.at[idx].set(h & tried), winner.at[idx].set(w)
+        h, *got = run(*(jnp.take(a, idx, axis=-1) for a in args), tried)
+        got = [jnp.where(tried, v, 0).astype(jnp.int32) for v in got]
+        values = tuple(v.at[idx].set(w) for v, w in zip(values, got, strict=True))
+        return g + 1, holds.at[idx].set(h & tried), values
 
-    init = (jnp.zeros((), jnp.int32), jnp.zeros(T, bool), jnp.zeros(T, jnp.int32))
-    _, holds, winner = lax.while_loop(lambda c: c[0] * size < count, group, init)
-    return holds, winner
+    probe = (jnp.take(a, jnp.zeros(1, jnp.int32), axis=-1) for a in args)
+    n_values = len(jax.eval_shape(run, *probe, jnp.zeros(1, bool))) - 1
+    values = tuple(jnp.zeros(T, jnp.int32) for _ in range(n_values))
+    init = (jnp.zeros((), jnp.int32), jnp.zeros(T, bool), values)
+    _, holds, values = lax.while_loop(lambda c: c[0] * size < count, group, init)
+    return (holds, *values)
 
 
 def _discrete_tile(setup: Setup) -> Callable:
@@ -562,7 +573,7 @@ def _discrete_tile(setup: Setup) -> Callable:
         )
         # Taken to its fate, the run is labelled where it stopped, past its records.
         beta_end = traj.tracker[0].beta_last if extension is None else traj.beta_end
-        end_fate, winner = fate(traj.watched, beta_end, at_end=True)
+        end_fate, winner, first = fate(traj.watched, beta_end, at_end=True)
         out = finish(
             traj.tracker[0],
             traj.tracked,
@@ -574,6 +585,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             major=major,
             fate=end_fate,
             winner=winner,
+            first=first,
         )
         del out["horizon"]
         underflow = _underflow(setup, theta0)

@@ -321,6 +321,7 @@ def finish(
     major: Array | int,
     fate: Array | int = fates.OPEN,
     winner: Array | int | None = None,
+    first: Array | int = 0,
     collapse_by_records: bool = False,
 ) -> dict[str, Array]:
     """Per-trajectory summaries from the final ``state``, the recorded scalars and the
@@ -341,8 +342,9 @@ def finish(
     names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with ``winner``
     ``[*batch]`` (1-based; None: the major), the certified leader of the limit, appended
     (:mod:`samflow.fate`): the major: sequential if it never led, else returned, and with
-    no leader seen direct where the major is among the largest ``|beta_j|``, else
-    sequential; a minor coordinate: major_lost if the major led, else minor_end;
+    no leader seen direct where the major leads first (``first`` ``[*batch]``, 1-based,
+    where a certificate proved who leads first; 0: where the major is among the largest
+    ``|beta_j|``), else sequential; a minor coordinate: major_lost if the major led, else minor_end;
     ``limit_coord`` the winner, the path itself as seen); ``RETURN``: returned where the
     major led (``limit_coord`` the major, whoever leads at the stop), else unresolved;
     ``OPEN``: unresolved.
@@ -409,7 +411,10 @@ def finish(
     size = jnp.abs(state.beta_last)
     index = jnp.broadcast_to(major - 1, size.shape[1:])[None]
     at_top = jnp.take_along_axis(size, index, axis=0)[0] >= jnp.max(size, axis=0)
-    never = jnp.where(at_top, DIRECT, SEQUENTIAL)
+    # ... unless the certificate proved who leads first (the map that follows its flow:
+    # there the rates need not be ordered as mu, docs/theory/regimes.md#vanishing-steps)
+    first = jnp.broadcast_to(jnp.asarray(first, jnp.int32), normT.shape)
+    never = jnp.where(jnp.where(first > 0, first == major, at_top), DIRECT, SEQUENTIAL)
     appended = path_enter(path, winner, jnp.nan, -1, major)
     taken = jnp.where((path.count == 0) & (winner == major), never, path_regime(appended, major))
     regime = jnp.select(

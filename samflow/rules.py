@@ -166,10 +166,12 @@ class BalancedFlow:
     the run ends, where :attr:`end_fate` is tried. Discrete runs check :attr:`fate` (once
     per chunk of steps).
 
-    ``follows`` (optional, ``(y, mu, depth, rho, eta, attempt) -> (holds, winner)``): a
-    certificate of the discrete step tried at a run's end only where ``attempt`` (the
-    engine: the run is undecided by its path and :attr:`fate_at_end`), as ``TAKES_OVER``
-    with ``winner`` (docs/theory/regimes.md#vanishing-steps).
+    ``follows`` (optional, ``(y, mu, depth, rho, eta, attempt) -> (holds, winner,
+    first)``): a certificate of the discrete step tried at a run's end only where
+    ``attempt`` (the engine: the run is undecided by its path and :attr:`fate_at_end`), as
+    ``TAKES_OVER`` with ``winner``; ``first`` the first coordinate to lead strictly from
+    that state where proven, else 0 (it names the regime of a run that has seen no leader;
+    docs/theory/regimes.md#vanishing-steps).
 
     ``collapse_in_step`` (optional, ``(s, mu, depth, rho) -> bool``): whether a collapse
     certificate of the flow holds at a state: all that the stopping event of a run *not*
@@ -184,7 +186,7 @@ class BalancedFlow:
     fate_at_end: Callable[..., tuple[Array, Array]] | None = None
     fate_in_step: Callable[..., tuple[Array, Array]] | None = None
     collapse_in_step: Callable[..., Array] | None = None
-    follows: Callable[..., tuple[Array, Array]] | None = None
+    follows: Callable[..., tuple[Array, Array, Array]] | None = None
 
     @property
     def end_fate(self) -> Callable[..., tuple[Array, Array]] | None:
@@ -237,7 +239,7 @@ def _log_form(
     blowup_won_by_rate: bool = False,
     empties: Callable[..., Array] | None = None,
     hands_on: Callable[..., Array] | None = None,
-    follows: Callable[..., tuple[Array, Array]] | None = None,
+    follows: Callable[..., tuple[Array, Array, Array]] | None = None,
 ) -> BalancedFlow:
     """The log-space field of a rule whose perturbed point is ``w~ = u (1 - r)``.
 
@@ -277,10 +279,11 @@ def _log_form(
     ``returns``' own code (docs/theory/regimes.md#pinned-major); tried only at a run's end
     (:attr:`BalancedFlow.fate_at_end`: ``fate(..., at_end=True)``), a verified
     integration too costly for every check; None: never certified.
-    ``follows(s, mu, L, rho, eta) -> (holds, winner)``: where the discrete step at ``L >=
-    3``, its steps small, provably follows its flow into a take-over certificate
-    (docs/theory/regimes.md#vanishing-steps): TAKES_OVER, that winner; tried only at a
-    discrete run's end where nothing else decides it; None: never certified.
+    ``follows(s, mu, L, rho, eta) -> (holds, winner, first)``: where the discrete step at
+    ``L >= 3``, its steps small, provably follows its flow into a take-over certificate
+    (docs/theory/regimes.md#vanishing-steps): TAKES_OVER, that winner, ``first`` the first
+    strict leader from the state where proven (else 0); tried only at a discrete run's end
+    where nothing else decides it; None: never certified.
     """
 
     def field(tau, s, args):
@@ -417,9 +420,9 @@ def _log_form(
         """``follows`` at a discrete run's end where ``attempt`` (its path decides nothing
         yet); nothing at a static depth below 3."""
         if isinstance(depth, int | np.integer) and depth < 3:
-            return jnp.zeros((), bool), _major(mu).astype(jnp.int32)
-        holds, taker = follows(s, mu, depth, rho, eta, attempt=attempt)
-        return (depth >= 3) & holds, taker
+            return jnp.zeros((), bool), _major(mu).astype(jnp.int32), jnp.zeros((), jnp.int32)
+        holds, taker, first = follows(s, mu, depth, rho, eta, attempt=attempt)
+        return (depth >= 3) & holds, taker, first
 
     at_end = None if hands_on is None else fate_at_end
     in_step = None if empties is None else fate_in_step
@@ -964,7 +967,7 @@ fine budget per step, takes runs whose coordinates near their blow-up together."
 def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01, attempt=True):
     r"""Where the discrete l2-SAM step at ``L >= 3``, its steps small, provably follows its
     flow into the take-over certificate (derived in docs/theory/regimes.md#vanishing-steps):
-    ``(holds, winner)``, the run's code then ``TAKES_OVER`` with that winner.
+    ``(holds, winner, first)``, the run's code then ``TAKES_OVER`` with that winner.
 
     In ``s = log u`` the step is ``s' = s + log(1 + h G(s))``, ``G`` the flow's field and
     ``h = eta sigmoid(-z~)`` its length in rescaled time: a variable-step Euler scheme of the
@@ -976,10 +979,16 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
     ``mu_D`` a bound of the Jacobian's log-norm (infinity norm) on ``D``, ``N`` of its norm,
     ``|G|`` of the field, ``h_D`` of the step: interval bounds in closed form. A step is
     taken where the new bound stays inside the box it was computed on (else ``H`` halves),
-    where ``h_D |G|, H |G| <= 1/2``, and where the try's ``tol`` holds. On each box,
-    every coordinate ``t`` that could lead (its top at least every lower end) must outpace
+    where ``h_D |G|, H |G| <= 1/2``, and where the try's ``tol`` holds. A coordinate ``k``
+    is above ``j`` on a step where their gap exceeds what the two can be off by, or where
+    ``k`` was not below ``j`` at the map's state and ``G_k > G_j`` on every box since (the
+    map's gap rose at each of its steps: a start tied at the top parts by its rates). On
+    each box, every coordinate ``t`` that could lead (none above it) must outpace
     every other such coordinate on the whole box (``G_t > G_k``), so a lead it takes is
-    kept; where ``t`` is a minor, the major must never be able to lead. It holds where a
+    kept; where ``t`` is a minor, the major must never be able to lead. ``first``: a minor
+    alone able to lead on a box that holds a step of the map (``h_D <= H``), the major
+    never able to before, leads strictly first; where no minor could ever lead, the
+    major; else 0 (not proven). It holds where a
     box has one coordinate ``t`` strictly largest in ``x`` and ``u_t > sqrt(L) rho`` (the
     take-over at every depth) with ``h_D <= H`` (a step lands there). A try gives up where
     the bound passes ``e_max``, where no coordinate is left that could still win (each lost
@@ -989,7 +998,7 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
     vanished) and ``attempt`` (the engine: where the run's path and certificates decide
     nothing); the flow (``eta`` None) never."""
     if eta is None:
-        return jnp.zeros((), bool), _major(mu)
+        return jnp.zeros((), bool), _major(mu), jnp.zeros((), jnp.int32)
     dtype = s.dtype
     if isinstance(L, int | np.integer):  # a static depth: the powers' own multiplies only
         Lp = float(max(L, 3))
@@ -1048,7 +1057,7 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
     steps = jnp.asarray([t[2] for t in tries])
 
     def advance(c):
-        t, E, H, grow, kept, seen, status, winner, i, k = c
+        t, E, H, grow, kept, seen, ahead, first, minors, status, winner, i, k = c
         t1 = t + jnp.log1p(H * field(t))
         R = 1.5 * E + 1e-10
         # the box, widened by ``grow`` (guessed from the last box) to hold every step of
@@ -1070,12 +1079,21 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
         # in between) beyond what the two can be off by, 2 (R + grow) [j, k]
         margin = 2 * (R + grow)
         gap = jnp.minimum(t[None, :] - t[:, None], t1[None, :] - t1[:, None])
-        above = rest & (gap > margin)
+        # ... or not below j at the map's start and outpacing it on every box since: the
+        # map's gap s_k - s_j then rose at each of its steps ([j, k] as above)
+        ahead1 = ahead & (G0[None, :] > G1[:, None])
+        above = rest & ((gap > margin) | ahead1)
         can = ~jnp.any(above, axis=1)  # who can lead during the step
         # ... and whether each keeps a lead it takes: it outpaces every other that can
         loses = jnp.any(can[None, :] & rest & ~(G0[:, None] > G1[None, :]), axis=1)
         kept1 = kept & ~(can & loses)
         seen1 = seen | can[a]
+        # the first strict leader from the state: a minor alone able to lead on a step
+        # that holds a step of the map after the state (h_D <= H), the major never able
+        # to lead before; or, where no minor could ever lead, the major
+        alone = (jnp.sum(can) == 1) & ~can[a] & (h <= H) & ~seen1
+        first1 = jnp.where((first == 0) & alone, jnp.argmax(can).astype(jnp.int32) + 1, first)
+        minors1 = minors | jnp.any(can & (idx != a))
         top = jnp.argmax(log_mu + n * t1)
         x_gap = log_mu[top] - log_mu + n * jnp.minimum(t[top] - t, t1[top] - t1)
         strict = jnp.all((idx == top) | (x_gap > n * margin))
@@ -1092,19 +1110,22 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
             2 * need,
             kept1,
             seen1,
+            jnp.where(ok, ahead1, ahead),
+            jnp.where(ok, first1, first),
+            jnp.where(ok, minors1, minors),
             status,
             jnp.where(holds, top + 1, winner),
             i + 1,
             k,
         )
         again = (status == 2) & (k + 1 < len(tries))  # the next try, from the start
-        return jax.tree.map(lambda x, y: jnp.where(again, x, y), first(k + 1), c)
+        return jax.tree.map(lambda x, y: jnp.where(again, x, y), start_of(k + 1), c)
 
     g0 = jnp.max(jnp.abs(field(s)))
     start = attempt & (L >= 3) & (step_now(s) <= start_share * eta)
     start = start & jnp.all(jnp.isfinite(s)) & jnp.isfinite(g0)
 
-    def first(k):  # a try's start
+    def start_of(k):  # a try's start
         return (
             s,
             jnp.zeros((), dtype),
@@ -1112,14 +1133,19 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
             jnp.asarray(1e-9, dtype),
             jnp.ones(mu.shape, bool),
             jnp.zeros((), bool),
+            rest & (s[None, :] >= s[:, None]),  # [j, k]: k not below j at the map's state
+            jnp.zeros((), jnp.int32),
+            jnp.zeros((), bool),
             jnp.where(start, 0, 2),
             _major(mu),
             jnp.zeros((), jnp.int32),
             jnp.asarray(k, jnp.int32),
         )
 
-    *_, status, winner, _, _ = jax.lax.while_loop(lambda c: c[6] == 0, advance, first(0))
-    return status == 1, winner.astype(jnp.int32)
+    end = jax.lax.while_loop(lambda c: c[9] == 0, advance, start_of(0))
+    *_, leader, minors, status, winner, _, _ = end
+    leader = jnp.where((leader == 0) & ~minors & (winner == a + 1), a + 1, leader)
+    return status == 1, winner.astype(jnp.int32), leader.astype(jnp.int32)
 
 
 def _usam_lead(s, mu, L, rho, eta=None):

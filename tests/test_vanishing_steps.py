@@ -33,8 +33,8 @@ def numpy_map(u, mu, L, rho, eta, steps):
 def follows(s, mu, L, rho, eta, **kw):
     with jax.enable_x64(True):
         args = [jnp.asarray(v) for v in (s, mu, float(L), rho, eta)]
-        holds, winner = jax.jit(lambda *a: rules._l2_follows(*a, **kw))(*args)
-    return bool(holds), int(winner)
+        holds, winner, first = jax.jit(lambda *a: rules._l2_follows(*a, **kw))(*args)
+    return bool(holds), int(winner), int(first)
 
 
 def leaders(path):
@@ -51,7 +51,7 @@ def test_where_it_holds_the_map_ends_led_by_the_winner(L):
         rho = rng.uniform(0.3, 1.0)
         eta = rng.uniform(0.002, 0.01)
         u = rng.uniform(0.8, 1.5, 3) * rho
-        holds, winner = follows(np.log(u), mu, L, rho, eta, start_share=1.0)
+        holds, winner, _ = follows(np.log(u), mu, L, rho, eta, start_share=1.0)
         if not holds:
             continue
         # the map, in chunks, until the take-over's region (its steps shrink: up to 2e5)
@@ -132,7 +132,7 @@ def test_the_near_simultaneous_blow_up_is_certified_with_the_flows_winner():
 
     s = np.array([1.004382921952054, 0.8579654435803122, 0.7382262126010348, 0.6729850637685089])
     mu, L, rho, eta = np.array([1.0, 2.0, 3.0, 4.0]), 4, 5.0, 0.01
-    assert follows(s, mu, L, rho, eta) == (True, 4)
+    assert follows(s, mu, L, rho, eta)[:2] == (True, 4)
     assert not follows(s, mu, L, rho, eta, tries=rules.FOLLOW_TRIES[:-1])[0]
 
     # In Y_j = u_j^-(L-2) the field is bounded, dY_j/dtau = -(L-2) mu_j (1 - q_j)^(L-1),
@@ -162,3 +162,56 @@ def test_the_near_simultaneous_blow_up_is_certified_with_the_flows_winner():
     assert lead[-1] == 4
     first = int(np.argmax(lead == 4))
     assert np.all(lead[first:] == 4), "the major lost a lead it took"
+
+
+TIED = [  # the issue's grid (l2-SAM, L = 4, mu 1..4, eta 0.02): uniform starts that never move
+    (1.9139780785698999, 1.6164182824074786),
+    (1.9139780785698999, 2.202102369832618),
+    (2.4332975598102577, 2.202102369832618),
+    (2.4332975598102577, 3.0),
+    (3.093523944120928, 3.0),
+]
+
+
+def test_a_start_tied_at_the_top_is_named_by_who_leads_first():
+    """Uniform starts whose float64 steps round to nothing (the loss at the perturbed
+    point is far below eta's resolution), so the map's state is its start, tied at the top
+    for ever: the certificate holds with the major as the winner and names the first
+    strict leader (a minor: the rates are not ordered as mu there). An independent SciPy
+    DOP853 flow from the same start (the map's steps vanish: it follows this flow) has
+    that coordinate lead first, and the major lead last, from its first lead to the
+    blow-up (a u at 1e6): sequential. The engine labels one of them so (a discrete
+    run, with its limit the major), where without ``first`` it named a tie by mu: direct."""
+    from scipy.integrate import solve_ivp
+
+    import samflow
+    from samflow.regimes import NAMES
+
+    mu, L, eta = np.array([1.0, 2.0, 3.0, 4.0]), 4, 0.02
+    for alpha, rho in TIED:
+        s = np.full(4, np.log(alpha))
+        holds, winner, first = follows(s, mu, L, rho, eta)
+        assert holds and winner == 4 and first in (1, 2, 3), (alpha, rho, first)
+
+        def field(_, s, rho=rho):
+            m = mu * np.exp((L - 1) * s)
+            q = rho * mu * np.exp((L - 2) * s) / np.sqrt(L * np.sum(m * m))
+            return mu * np.exp((L - 2) * s) * (1 - q) ** (L - 1)
+
+        def far(_, s):
+            return np.max(s) - np.log(1e6)
+
+        far.terminal = True
+        sol = solve_ivp(field, (0, 50), s, method="DOP853", rtol=1e-11, atol=1e-13,
+                        events=far, dense_output=True)  # fmt: skip
+        assert sol.status == 1, sol.message
+        # (t = 0 is the tie itself: no leader there)
+        lead = np.argmax(sol.sol(np.linspace(0, sol.t[-1], 20_001)[1:]).T, axis=1) + 1
+        path = [int(lead[0])] + [int(k) for k, j in zip(lead[1:], lead[:-1], strict=True) if k != j]
+        assert path[0] == first and path[-1] == 4 and path.count(4) == 1, (alpha, rho, path)
+
+    alpha, rho = TIED[0]
+    run = samflow.trajectory("sam-l2", depth=L, mu=list(mu), alpha=alpha, rho=rho,
+                             runner=samflow.Discrete(eta=eta, steps=500))  # fmt: skip
+    assert int(run.n_leaders) == 0  # it never moved
+    assert NAMES[int(run.regime)] == "sequential" and int(run.limit_coord) == 4
