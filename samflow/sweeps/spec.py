@@ -47,7 +47,9 @@ SUMMARY_RECORD_VALUES = 6
 LABELS = "limit-11"
 """The version of what a regime label means, part of :meth:`SweepSpec.key`: chunks labelled
 under another meaning (limit-10: before the discrete step's collapse from every r_j >= 1
-below the fixed point, l2-SAM at even L, docs/theory/regimes.md#collapse-certificates;
+below the fixed point, l2-SAM at even L, docs/theory/regimes.md#collapse-certificates,
+and the map that follows its flow from a start tied at the top, named by who leads first,
+docs/theory/regimes.md#vanishing-steps;
 limit-9: before the discrete l2-SAM map that follows its flow where
 its steps vanished, docs/theory/regimes.md#vanishing-steps; limit-8: before l2-SAM's exact
 race to the bound, docs/theory/regimes.md#lead-certificates-at-every-depth, and its pinned
