@@ -382,9 +382,9 @@ def _discrete_fate(
     state of ``beta_last`` ``[d, *batch]``, ``watched`` the path observer's state there;
     the certificate's winner ``[*batch]`` (1-based), the limit's leader of a
     ``TAKEOVER`` (the major or a minor coordinate, :func:`samflow.regimes.finish`); and
-    the first strict leader from there where a run that has seen no leader is taken over
-    by the map that follows its flow (else 0: :func:`samflow.regimes.finish` parts a tie
-    by mu).
+    who leads first from there (the major, or a minor that leads before the major can)
+    where a run that has seen no leader is taken over by the map that follows its flow
+    (else 0: :func:`samflow.regimes.finish` parts a tie by mu).
 
     The fall of ``max_j |beta_j|`` by ``singular_log_range`` below its start (the path
     observer's frozen floor) decides nothing by itself

@@ -342,9 +342,10 @@ def finish(
     names (:func:`path_regime`); ``TAKEOVER``: the regime of the path with ``winner``
     ``[*batch]`` (1-based; None: the major), the certified leader of the limit, appended
     (:mod:`samflow.fate`): the major: sequential if it never led, else returned, and with
-    no leader seen direct where the major leads first (``first`` ``[*batch]``, 1-based,
-    where a certificate proved who leads first; 0: where the major is among the largest
-    ``|beta_j|``), else sequential; a minor coordinate: major_lost if the major led, else minor_end;
+    no leader seen direct where the major leads first (``first`` ``[*batch]``, 1-based:
+    the major or a minor where a certificate proved which leads first; 0: where the major
+    is among the largest ``|beta_j|``), else sequential; a minor coordinate: major_lost if
+    the major led, else minor_end;
     ``limit_coord`` the winner, the path itself as seen); ``RETURN``: returned where the
     major led (``limit_coord`` the major, whoever leads at the stop), else unresolved;
     ``OPEN``: unresolved.

@@ -169,9 +169,9 @@ class BalancedFlow:
     ``follows`` (optional, ``(y, mu, depth, rho, eta, attempt) -> (holds, winner,
     first)``): a certificate of the discrete step tried at a run's end only where
     ``attempt`` (the engine: the run is undecided by its path and :attr:`fate_at_end`), as
-    ``TAKES_OVER`` with ``winner``; ``first`` the first coordinate to lead strictly from
-    that state where proven, else 0 (it names the regime of a run that has seen no leader;
-    docs/theory/regimes.md#vanishing-steps).
+    ``TAKES_OVER`` with ``winner``; ``first`` who leads first from that state where proven
+    (the major, or a minor that leads strictly before the major could), else 0 (it names
+    the regime of a run that has seen no leader; docs/theory/regimes.md#vanishing-steps).
 
     ``collapse_in_step`` (optional, ``(s, mu, depth, rho) -> bool``): whether a collapse
     certificate of the flow holds at a state: all that the stopping event of a run *not*
@@ -281,9 +281,9 @@ def _log_form(
     integration too costly for every check; None: never certified.
     ``follows(s, mu, L, rho, eta) -> (holds, winner, first)``: where the discrete step at
     ``L >= 3``, its steps small, provably follows its flow into a take-over certificate
-    (docs/theory/regimes.md#vanishing-steps): TAKES_OVER, that winner, ``first`` the first
-    strict leader from the state where proven (else 0); tried only at a discrete run's end
-    where nothing else decides it; None: never certified.
+    (docs/theory/regimes.md#vanishing-steps): TAKES_OVER, that winner, ``first`` who leads
+    first from the state where proven (else 0); tried only at a discrete run's end where
+    nothing else decides it; None: never certified.
     """
 
     def field(tau, s, args):
@@ -985,10 +985,10 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
     map's gap rose at each of its steps: a start tied at the top parts by its rates). On
     each box, every coordinate ``t`` that could lead (none above it) must outpace
     every other such coordinate on the whole box (``G_t > G_k``), so a lead it takes is
-    kept; where ``t`` is a minor, the major must never be able to lead. ``first``: a minor
-    alone able to lead on a box that holds a step of the map (``h_D <= H``), the major
-    never able to before, leads strictly first; where no minor could ever lead, the
-    major; else 0 (not proven). It holds where a
+    kept; where ``t`` is a minor, the major must never be able to lead. ``first``, who
+    leads first: a minor alone able to lead on a box that holds a step of the map (``h_D
+    <= H``), the major never able to before (it leads strictly there, so a minor leads
+    first); where no minor could ever lead, the major; else 0 (not proven). It holds where a
     box has one coordinate ``t`` strictly largest in ``x`` and ``u_t > sqrt(L) rho`` (the
     take-over at every depth) with ``h_D <= H`` (a step lands there). A try gives up where
     the bound passes ``e_max``, where no coordinate is left that could still win (each lost
@@ -1088,9 +1088,10 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
         loses = jnp.any(can[None, :] & rest & ~(G0[:, None] > G1[None, :]), axis=1)
         kept1 = kept & ~(can & loses)
         seen1 = seen | can[a]
-        # the first strict leader from the state: a minor alone able to lead on a step
-        # that holds a step of the map after the state (h_D <= H), the major never able
-        # to lead before; or, where no minor could ever lead, the major
+        # who leads first from the state: a minor alone able to lead on a step that
+        # holds a step of the map after the state (h_D <= H), the major never able to
+        # lead before (so a minor, this one or another, leads first); or, where no
+        # minor could ever lead, the major
         alone = (jnp.sum(can) == 1) & ~can[a] & (h <= H) & ~seen1
         first1 = jnp.where((first == 0) & alone, jnp.argmax(can).astype(jnp.int32) + 1, first)
         minors1 = minors | jnp.any(can & (idx != a))
