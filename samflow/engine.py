@@ -835,13 +835,16 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
     size 1).
     """
     dt = np.dtype(setup.dtype)
-    index_dtype = jnp.int64 if dt == np.float64 else jnp.int32
+    index_dtype = np.int64 if dt == np.float64 else np.int32
 
     def put(name, value):
         if value is None:
             return None
-        kinds = {"depth": jnp.int32, "key": jnp.uint32}
-        arr = jnp.asarray(value, kinds.get(name, dt))
+        kinds = {"depth": np.int32, "key": np.uint32}
+        # converted on the host and put as it is: a conversion on the device, or
+        # jnp.asarray's staging, compiles a program of its own for every shape in every
+        # process (tens of milliseconds of a first call)
+        arr = jax.device_put(np.asarray(value, kinds.get(name, dt)))
         if not setup.sharded:
             return arr
         mesh = devices.mesh()
@@ -849,7 +852,7 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
         return jax.device_put(arr, NamedSharding(mesh, spec))
 
     args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
-    return args, jnp.asarray(times, index_dtype if setup.mode == "discrete" else dt)
+    return args, jax.device_put(np.asarray(times, index_dtype if setup.mode == "discrete" else dt))
 
 
 def start_points(
@@ -893,8 +896,8 @@ def start_points(
     times = np.concatenate([times, np.repeat(times[-1:], bucket(T, 1, RECORD_SIZES) - T)])
     with precision(setup.dtype):
         placed = place(setup, padded, times)
-        cap_arg = jnp.asarray(0 if cap is None else cap, placed[1].dtype)
-        args = (*placed, jnp.asarray(T, jnp.int32), cap_arg)
+        cap_arg = jax.device_put(np.asarray(0 if cap is None else cap, placed[1].dtype))
+        args = (*placed, jax.device_put(np.int32(T)), cap_arg)
         fn = exported.runnable(setup, args, lambda: program(setup)) or program(setup)
         running = fn(*args)
 
