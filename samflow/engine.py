@@ -403,9 +403,9 @@ def _discrete_fate(
     path, floor = watched
     frozen = jnp.isinf(floor)
     closed = setup.rule.balanced
-    none = jnp.zeros(frozen.shape, jnp.int32)
+    first = jnp.zeros(frozen.shape, jnp.int32)  # who leads first: not proven
     if not _certifiable(setup, X.shape[0]):
-        return jnp.full(frozen.shape, fates.OPEN, jnp.int32), _major(setup, X[0]), none
+        return jnp.full(frozen.shape, fates.OPEN, jnp.int32), _major(setup, X[0]), first
     # Per point (balanced.equal_layers asks it of the whole batch, on the host).
     depths = jnp.broadcast_to(jnp.asarray(depth), theta0.shape[2:])
     real = layer_mask(depths, theta0.shape[0], theta0.dtype) > 0  # [L_max, 1, *batch]
@@ -490,8 +490,8 @@ def _discrete_fate(
         take = take & ((path.count > 0) | (leads_first > 0))
         fate = jnp.where(take, jnp.where(path.lead == taker, fates.SETTLED, fates.TAKEOVER), fate)
         winner = jnp.where(take, taker, winner)
-        none = jnp.where(take & (path.count == 0), leads_first, none)
-    return fate.astype(jnp.int32), winner.astype(jnp.int32), none
+        first = jnp.where(take & (path.count == 0), leads_first, first)
+    return fate.astype(jnp.int32), winner.astype(jnp.int32), first
 
 
 def _in_groups(certificate: Callable, attempt: Array, *args: Array) -> tuple[Array, ...]:
@@ -844,12 +844,12 @@ def place(setup: Setup, points: Points, times: np.ndarray) -> tuple[Points, Arra
         # converted on the host and put as it is: a conversion on the device, or
         # jnp.asarray's staging, compiles a program of its own for every shape in every
         # process (tens of milliseconds of a first call)
-        arr = jax.device_put(np.asarray(value, kinds.get(name, dt)))
+        host = np.asarray(value, kinds.get(name, dt))
         if not setup.sharded:
-            return arr
+            return jax.device_put(host)
         mesh = devices.mesh()
         spec = PartitionSpec() if points.shared(name) else PartitionSpec("grid")
-        return jax.device_put(arr, NamedSharding(mesh, spec))
+        return jax.device_put(host, NamedSharding(mesh, spec))
 
     args = Points(**{k: put(k, v) for k, v in points._asdict().items()})
     return args, jax.device_put(np.asarray(times, index_dtype if setup.mode == "discrete" else dt))

@@ -1526,9 +1526,9 @@ def _l2_step_shrinks_to_ball(s, mu, L, rho, eta, log_rho0, ball):
     (continuous) step, so every \(a_j = 0\), and has every \(r_j \ge 1\), so no \(u_j\) is
     0 and every \(r_j = 1\): the limit is \(u^\star\), which a coordinate already below
     \(u^\star_j\) cannot reach. So \(U\) falls below \(U_\ell\), where ``ball`` holds
-    (it is monotone in \(U\)). The levels tried are \(\rho_0 (1 - 2^{-k})\) and
-    \(\rho_0 2^{-k/4}\). Compared in logs; ``L`` as at least 4 (the caller masks the
-    rest)."""
+    (it is monotone in \(U\)). The levels tried are \(\rho_0 (1 - 2^{-k})\), \(k =
+    1..40\), and \(\rho_0 2^{-k/4}\), \(k = 4..43\). Compared in logs; ``L`` as at least 4
+    (the caller masks the rest)."""
     log_mu, log_rho = jnp.log(mu), jnp.log(rho)
     half_log_L = 0.5 * jnp.log(L)
     k = jnp.arange(1, 41, dtype=s.dtype)
@@ -1536,7 +1536,7 @@ def _l2_step_shrinks_to_ball(s, mu, L, rho, eta, log_rho0, ball):
     log_floor = (  # log l_j at each level [levels, d]
         half_log_L + jnp.min(log_mu) + (L - 1) * log_level[:, None] - log_rho - log_mu
     ) / (L - 2)
-    log_need = jnp.log(L - 2) + jnp.log(eta / 2) + log_mu + (L - 1) * (log_rho - half_log_L)
+    log_need = jnp.log(L - 2) + jnp.log(_h_max(eta, L)) + log_mu + (L - 1) * (log_rho - half_log_L)
     # (1e-9: the bounds' own rounding)
     kept = jnp.all(log_floor >= log_need + 1e-9, axis=1) & jax.vmap(ball)(log_level)
     return _l2_shrinking_below_fixed_point(s, mu, L, rho) & jnp.any(kept)
