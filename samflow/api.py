@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from samflow import inputs
+from samflow import inputs, preload
 from samflow._removed import refuse
 from samflow.classification import Classification
 from samflow.errors import InputError
@@ -260,6 +260,7 @@ def _run_trajectory(
     from samflow import estimate
 
     steps = runner.steps if runner.mode == "discrete" else None
+    preload.ahead("xarray")  # the Dataset's import overlaps the program's read and run
     with estimate.trajectory_clock(d, steps, spec.n_layers, progress):
         r = {k: v[0] for k, v in run_points(setup, points, times).items()}
     if history is None:

@@ -2,10 +2,11 @@
 
 A flow program takes 5-20 s to compile and a discrete one 1-3 s, while a quick run
 takes well under a second: without a cache on disk every new process pays the
-compilation again. With it a second process reads the compiled program back; the
-programs of samflow's own settings are also stored traced (:mod:`samflow.exported`,
-in the folder ``exported/`` inside this one), so that the second process does not trace
-them again either (1-3 s for a flow).
+compilation again. With it a second process reads the compiled program back. The
+programs of samflow's own settings are stored by :mod:`samflow.exported` instead, in the
+folder ``exported/`` inside this one, exported and compiled, so that the second process
+does not trace, lower or compile them again (1-3 s for a flow); JAX's cache keeps the
+rest (a user's rule, a boundary's bisection, ``samflow.fit``, the CNN).
 
 Where: ``--compile-cache DIR`` (the command line), else ``$SAMFLOW_COMPILE_CACHE``,
 else ``$XDG_CACHE_HOME/samflow/jax`` (``~/.cache/samflow/jax``), beside the image data

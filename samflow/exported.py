@@ -1,23 +1,34 @@
-"""Programs a second process calls without tracing them again (``jax.export``).
+"""Programs a second process runs without tracing, lowering or compiling them again.
 
 JAX's persistent compile cache (:mod:`samflow.compile_cache`) is keyed by the lowered
 program, so a process has to trace and lower a program before it can find it there:
 for a flow that is 1-3 s of every first call, longer than the run. Here each program of
-samflow's own settings (:func:`setup_text`) is exported once (``jax.export``: its
-StableHLO, serialised) and stored beside the compile cache, in its folder
-``exported/``, keyed by the setup, the shapes, dtypes and shardings of its arguments,
-the versions of jax and jaxlib, the source of samflow itself (:func:`source_digest`)
-and the backend (:func:`key`). A later process reads it back and calls it: JAX then
-traces only a call of the stored program and finds its compiled form in the compile
-cache, and diffrax, equinox and optimistix are never imported. The first process runs
-the program it exported too (read back from its bytes), so both compile one program.
+samflow's own settings (:func:`setup_text`) is stored twice in the folder ``exported/``
+beside the compile cache, keyed by the setup, the shapes, dtypes and shardings of its
+arguments, the versions of jax and jaxlib, the source of samflow itself
+(:func:`source_digest`) and the backend (:func:`key`):
+
+- exported (``jax.export``: its StableHLO, serialised, ``.exported``);
+- compiled (``jax.experimental.serialize_executable``, ``.executable``), keyed by the
+  processor besides (:func:`machine`): XLA compiles for the host's instruction set.
+
+A later process reads the compiled entry back and runs it: nothing is traced, lowered
+or compiled, and diffrax, equinox and optimistix are never imported. Where there is no
+compiled entry (another machine, or one removed) it reads the export, lowers its call,
+compiles it and stores the compiled entry. The first process compiles the program it
+exported (read back from its bytes), so every process runs the same compiled program,
+and its results are the traced program's bit for bit (``tests/test_exported.py``).
+A compiled entry is made only by a compile that does not read JAX's compile cache
+(:func:`_compile`), and those programs are not written there either.
 
 Every entry is ``MAGIC + sha256(key, bytes) + bytes``, written atomically
 (:func:`samflow.io.atomic_write`); one that fails the check (damaged, another
 program's, another samflow's) or does not read back as a program for these arguments is
-removed with one line on stderr, traced afresh and written again, never run. A program
-with a piece of the user's (a rule, a model, a solver object) is not exported: its code
-is not in the key. With the compile cache off nothing is exported or read either.
+removed with one line on stderr and made afresh (a damaged compiled entry from the
+export, a damaged export traced afresh), never run. A program with a piece of the
+user's (a rule, a model, a solver object) is not stored: its code is not in the key.
+With the compile cache off nothing is stored or read either. The compiled programs a
+process holds are released with JAX's (:func:`samflow.mappings.release`).
 """
 
 from __future__ import annotations
@@ -26,13 +37,14 @@ import contextlib
 import functools
 import hashlib
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import jax
 
-from samflow import compile_cache
+from samflow import compile_cache, mappings
 
 if TYPE_CHECKING:
     from samflow.engine import Setup
@@ -42,6 +54,9 @@ FOLDER = "exported"
 MAGIC = b"samflow-exported-1\n"
 """What starts every entry, before the SHA-256 of its key and bytes."""
 SUFFIX = ".exported"
+EXECUTABLE_MAGIC = b"samflow-executable-1\n"
+"""What starts every compiled entry, before the SHA-256 of its key and bytes."""
+EXECUTABLE_SUFFIX = ".executable"
 
 
 def setup_text(setup: Setup) -> str | None:
@@ -197,35 +212,140 @@ def _skip_lapack() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=64)
-def _callable(exported) -> Callable:
-    """The jitted call of ``exported``, lowered without the LAPACK kernels where its
-    program calls none (a LAPACK routine is a custom call named ``lapack_...``)."""
+def _lowered(exported, leaves):
+    """The call of ``exported`` on ``leaves`` lowered, without the LAPACK kernels where
+    its program calls none (a LAPACK routine is a custom call named ``lapack_...``)."""
+    global _lapack_skipped
     fn = jax.jit(exported.call)
     if b"lapack" in exported.mlir_module_serialized or not _skip_lapack():
-        return fn
+        return fn.lower(*leaves)
+    _lapack_skipped = True
+    try:
+        return fn.lower(*leaves)
+    finally:
+        _lapack_skipped = False
 
-    def call(*args):
-        global _lapack_skipped
-        _lapack_skipped = True
-        try:
-            return fn(*args)
-        finally:
-            _lapack_skipped = False
 
-    return call
+def _compile(lowered):
+    """``lowered`` compiled afresh, not read from JAX's compile cache, and whether it
+    was: XLA's CPU client serialises a program it read back from that cache without
+    the code of its kernels (a later process that loads it fails with "Function ...
+    not found"), so only a program compiled here is stored (:func:`_store_executable`).
+    Where this JAX has other internals, it compiles as usual and says not fresh."""
+    from jax._src import compilation_cache as jax_cache
+
+    used = getattr(jax_cache, "is_cache_used", None)
+    if used is None:
+        return lowered.compile(), False
+    jax_cache.is_cache_used = lambda backend: False
+    try:
+        return lowered.compile(), True
+    finally:
+        jax_cache.is_cache_used = used
+
+
+@functools.cache
+def machine() -> str:
+    """This processor, as compiled code depends on it: the architecture and the
+    instruction-set flags the kernel reports (``/proc/cpuinfo``), and ``XLA_FLAGS``.
+    Code compiled for one never runs on another (XLA compiles for the host's
+    instruction set: a cache shared with a machine without AVX-512 must not hand it
+    AVX-512 code)."""
+    import os
+    import platform
+
+    lines = []
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as info:
+            seen = set()
+            for line in info:
+                name = line.split(":")[0].strip()
+                if name in ("flags", "Features", "model name", "CPU part") and name not in seen:
+                    seen.add(name)
+                    lines.append(line.strip())
+    if not lines:
+        lines.append(platform.processor())
+    flags = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:32]
+    return f"{platform.machine()} cpu {flags} XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+
+
+def _executable_key(key_text: str, leaves) -> str:
+    """The key of a compiled entry: the export's, the processor (:func:`machine`) and
+    the devices the arguments are on (a compiled program runs on those it was compiled
+    for)."""
+    devices = sorted({device.id for leaf in leaves for device in leaf.sharding.device_set})
+    return f"{key_text}\ncompiled for {machine()} on devices {devices}"
+
+
+def _read_executable(path: Path, key_text: str):
+    """The compiled program stored at ``path`` (a :class:`jax.stages.Compiled`), or
+    None (absent, or removed)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    n = len(EXECUTABLE_MAGIC) + 32
+    blob = data[n:]
+    head = data[: len(EXECUTABLE_MAGIC)]
+    if head != EXECUTABLE_MAGIC or data[len(EXECUTABLE_MAGIC) : n] != _digest(key_text, blob):
+        _remove(path, "failed its check (damaged or not this program)")
+        return None
+    try:
+        import pickle
+
+        from jax.experimental import serialize_executable
+
+        payload, in_tree, out_tree, ids = pickle.loads(zlib.decompress(blob))
+        by_id = {device.id: device for device in jax.devices()}
+        devices = [by_id[i] for i in ids]
+        return serialize_executable.deserialize_and_load(
+            payload, in_tree, out_tree, execution_devices=devices
+        )
+    except Exception:  # whatever a damaged entry raises, it is not run
+        _remove(path, "does not read back as this program")
+        return None
+
+
+def _store_executable(path: Path, key_text: str, compiled) -> None:
+    """Store ``compiled`` at ``path``, zlib-compressed (level 1: a flow's 3.3 MB to 0.58
+    MB in 0.02 s, read back in 0.01 s); nothing where it cannot be serialised."""
+    import pickle
+
+    from jax.experimental import serialize_executable
+
+    try:
+        ids = [device.id for device in compiled.runtime_executable().local_devices()]
+        blob = zlib.compress(pickle.dumps((*serialize_executable.serialize(compiled), ids)), 1)
+    except Exception:  # this JAX cannot serialise it: later processes read the export
+        return
+    with contextlib.suppress(OSError):
+        from samflow.io import atomic_write
+
+        entry = EXECUTABLE_MAGIC + _digest(key_text, blob) + blob
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
 
 
 _loaded: dict[str, object] = {}
-"""The programs read or exported in this process, by key."""
+"""The compiled programs read or made in this process, by key."""
+
+
+def forget() -> None:
+    """Drop the compiled programs held here (:func:`samflow.mappings.release`)."""
+    _loaded.clear()
 
 
 def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Callable | None:
     """A function of ``args`` (a pytree of placed JAX arrays) that runs the program of
-    ``setup``, read back from disk or exported now from ``traced()`` (the jitted
-    program) and stored; None where the setup is not exported (a piece of the user's,
-    the compile cache off, or no ``jax.export`` serialisation here: ``flatbuffers``
-    missing), and the caller runs the traced program itself.
+    ``setup``: its compiled form read back from disk; or else its export read back (or
+    exported now from ``traced()``, the jitted program) and compiled (JAX's compile cache
+    holds it where an earlier process compiled it), both then stored. None where the
+    setup is not exported (a piece of the user's, the compile cache off, or no
+    ``jax.export`` serialisation here: ``flatbuffers`` missing), and the caller runs the
+    traced program itself.
+
+    A compiled entry skips even the lowering of the stored program's call (0.1-0.2 s of
+    a flow's first call): the process deserialises it and runs it. It is keyed as the
+    export is and by :func:`machine` besides.
 
     Call it under the setup's precision (:func:`samflow.precision.precision`), as the
     program runs."""
@@ -236,23 +356,33 @@ def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Calla
         return None
     leaves, tree = jax.tree.flatten(args)
     key_text = key(text, tree, leaves)
-    exported = _loaded.get(key_text)
-    if exported is None:
-        path = where / (hashlib.sha256(key_text.encode()).hexdigest() + SUFFIX)
-        exported = _read(path, key_text, leaves)
-        if exported is None:
-            try:
-                blob = _export(traced(), tree, leaves)
-            except ImportError:  # serialisation needs flatbuffers
-                return None
-            exported = jax.export.deserialize(bytearray(blob))
-            with contextlib.suppress(OSError):
-                from samflow.io import atomic_write
+    compiled = _loaded.get(key_text)
+    if compiled is None:
+        name = hashlib.sha256(key_text.encode()).hexdigest()
+        compiled_key = _executable_key(key_text, leaves)
+        compiled_path = where / (
+            hashlib.sha256(compiled_key.encode()).hexdigest() + EXECUTABLE_SUFFIX
+        )
+        compiled = _read_executable(compiled_path, compiled_key)
+        mappings.loaded()  # its kernels' pages count (samflow.mappings)
+        if compiled is None:
+            path = where / (name + SUFFIX)
+            exported = _read(path, key_text, leaves)
+            if exported is None:
+                try:
+                    blob = _export(traced(), tree, leaves)
+                except ImportError:  # serialisation needs flatbuffers
+                    return None
+                exported = jax.export.deserialize(bytearray(blob))
+                with contextlib.suppress(OSError):
+                    from samflow.io import atomic_write
 
-                entry = MAGIC + _digest(key_text, blob) + blob
-                atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
+                    entry = MAGIC + _digest(key_text, blob) + blob
+                    atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
+            compiled, fresh = _compile(_lowered(exported, leaves))
+            if fresh:
+                _store_executable(compiled_path, compiled_key, compiled)
         if len(_loaded) >= 256:
             _loaded.clear()
-        _loaded[key_text] = exported
-    call = _callable(exported)
-    return lambda *a: call(*jax.tree.leaves(a))
+        _loaded[key_text] = compiled
+    return lambda *a: compiled(*jax.tree.leaves(a))

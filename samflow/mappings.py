@@ -17,12 +17,13 @@ compile and cache load. :func:`relieve`, called where samflow is about to dispat
 program (:func:`samflow.engine.run_points`, :func:`samflow.engine.one_ahead`,
 :func:`samflow.fit`, the CNN trainer), counts the process's mappings when something was
 compiled since its last look, and past the threshold drops every compiled program
-(``jax.clear_caches()``, which empties the executables of every live ``jit`` too), which
-unmaps their pages. It is never called while one of samflow's own programs is still
-running. A program dropped is compiled again when next needed, read back from the
-persistent compile cache when that is on. The threshold is half the headroom left after
-the last release (at first, half the cap), so a process whose other mappings stay high
-does not release at every call.
+(``jax.clear_caches()``, which empties the executables of every live ``jit`` too, and
+the compiled programs :mod:`samflow.exported` holds), which unmaps their pages. It is
+never called while one of samflow's own programs is still running. A program dropped
+is compiled again when next needed, read back from the persistent compile cache (or
+:mod:`samflow.exported`'s compiled entries) when that is on. The threshold is half the
+headroom left after the last release (at first, half the cap), so a process whose other
+mappings stay high does not release at every call.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def _mark(*_args, **_kwargs) -> None:
     _compiled = True
 
 
+def loaded() -> None:
+    """Say that a compiled program was loaded outside JAX's compile path (a compiled
+    entry of :mod:`samflow.exported`, which JAX's monitoring does not report)."""
+    _mark()
+
+
 def watch() -> None:
     """Mark every compile and persistent-cache load of this process (once per process;
     JAX's public ``jax.monitoring`` listeners), so that :func:`relieve` counts mappings
@@ -98,6 +105,8 @@ def release() -> None:
     global _floor, _releases
     if "jax" in sys.modules:
         sys.modules["jax"].clear_caches()
+    if "samflow.exported" in sys.modules:  # the compiled programs it read or made
+        sys.modules["samflow.exported"].forget()
     gc.collect()
     _floor = count() or 0
     _releases += 1

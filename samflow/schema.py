@@ -34,9 +34,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xarray as xr
 
 from samflow.model import named_classifies
 from samflow.regimes import (
@@ -49,6 +49,9 @@ from samflow.regimes import (
     UNRESOLVED_HOW,
 )
 from samflow.version import __version__
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 GRID = "..."
 """In a declared dims tuple: the file's grid dims (a sweep's axes; none for a trajectory)."""
@@ -190,6 +193,8 @@ class Schema:
         coordinate is in ``data``; ``dtype``: the run's precision; ``attrs``: the
         settings, made global attributes by :meth:`conform`.
         """
+        import xarray as xr  # here: a result's first call imports it meanwhile (preload)
+
         coords, data_vars = {}, {}
         for name, values in data.items():
             entry = (self.dims(name, grid, present=data), values)

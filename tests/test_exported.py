@@ -50,9 +50,7 @@ def store(tmp_path, monkeypatch):
     """Entries in ``tmp_path``, and nothing read or exported before in this process."""
     monkeypatch.setattr(exported, "folder", lambda: tmp_path)
     monkeypatch.setattr(exported, "_loaded", {})
-    exported._callable.cache_clear()
-    yield tmp_path
-    exported._callable.cache_clear()
+    return tmp_path
 
 
 def _args(setup: Setup, C: int, T: int):
@@ -72,32 +70,69 @@ def test_stored_program_gives_the_traced_programs_bits(store, sharded):
         traced = _bits(program(setup)(*args))
         made = _bits(exported.runnable(setup, args, lambda: program(setup))(*args))
         assert len(list(store.glob("*" + exported.SUFFIX))) == 1
+        assert len(list(store.glob("*" + exported.EXECUTABLE_SUFFIX))) == 1
         exported._loaded.clear()
-        exported._callable.cache_clear()
         again = exported.runnable(setup, args, lambda: pytest.fail("traced again"))
-        read = _bits(again(*args))
-    assert traced.keys() == made.keys() == read.keys()
+        read = _bits(again(*args))  # the compiled entry
+        for entry in store.glob("*" + exported.EXECUTABLE_SUFFIX):
+            entry.unlink()
+        exported._loaded.clear()
+        again = exported.runnable(setup, args, lambda: pytest.fail("traced again"))
+        lowered = _bits(again(*args))  # the export, lowered and compiled
+    assert traced.keys() == made.keys() == read.keys() == lowered.keys()
     for name in traced:
         assert made[name] == traced[name], name
         assert read[name] == traced[name], name
+        assert lowered[name] == traced[name], name
 
 
-def test_damaged_or_swapped_entries_are_traced_afresh(store, capsys):
+def test_only_a_program_compiled_here_is_stored_compiled(store, monkeypatch):
+    """XLA's CPU client serialises a program it read from JAX's compile cache without its
+    kernels' code: a compiled entry is made by a compile that does not read that cache,
+    so with JAX's cache holding the program the stored one still runs, with the bits
+    of the traced program."""
+    from jax._src import compilation_cache as jax_cache
+
+    setup = Setup(rule=SAM_L2, mode="discrete", keep=("beta",), padding=False, sharded=False)
+    with precision(setup.dtype):
+        args = _args(setup, 8, 7)
+        traced = _bits(program(setup)(*args))
+        reads = []
+        original = jax_cache.get_executable_and_time
+        monkeypatch.setattr(
+            jax_cache,
+            "get_executable_and_time",
+            lambda *a, **k: reads.append(1) or original(*a, **k),
+        )
+        exported.runnable(setup, args, lambda: program(setup))
+        assert reads == [], "the compiled entry's program was read from JAX's cache"
+        exported._loaded.clear()
+        read = _bits(exported.runnable(setup, args, lambda: pytest.fail("traced"))(*args))
+    assert read == traced
+
+
+@pytest.mark.parametrize("kind", ["export", "compiled"])
+def test_damaged_or_swapped_entries_are_traced_afresh(store, capsys, kind):
     """An entry with a byte flipped, or another program's entry under this one's name,
-    fails its check: removed with one line, traced afresh, the same results."""
+    fails its check: removed with one line, never run; a damaged compiled entry falls
+    back to the export (not traced), a damaged export (its compiled entry gone) is
+    traced afresh; the same results."""
+    suffix = exported.SUFFIX if kind == "export" else exported.EXECUTABLE_SUFFIX
     setup = Setup(rule=SAM_L2, mode="discrete", padding=False, sharded=False)
     other = replace(setup, keep=("beta",))
     with precision(setup.dtype):
         args = _args(setup, 8, 5)
         want = _bits(exported.runnable(setup, args, lambda: program(setup))(*args))
         exported.runnable(other, args, lambda: program(other))
-        (a, b) = sorted(store.glob("*" + exported.SUFFIX), key=lambda p: p.stat().st_mtime_ns)
+        (a, b) = sorted(store.glob("*" + suffix), key=lambda p: p.stat().st_mtime_ns)
         damaged = bytearray(a.read_bytes())
         damaged[len(damaged) // 2] ^= 0xFF
         for entry in (bytes(damaged), b.read_bytes()):  # flipped; then the other's
             a.write_bytes(entry)
+            if kind == "export":
+                for compiled in store.glob("*" + exported.EXECUTABLE_SUFFIX):
+                    compiled.unlink()
             exported._loaded.clear()
-            exported._callable.cache_clear()
             traced = []
 
             def trace(traced=traced):
@@ -105,7 +140,7 @@ def test_damaged_or_swapped_entries_are_traced_afresh(store, capsys):
                 return program(setup)
 
             fn = exported.runnable(setup, args, trace)
-            assert traced == [1]
+            assert traced == ([1] if kind == "export" else [])
             assert _bits(fn(*args)) == want
             err = capsys.readouterr().err.strip().splitlines()
             assert len(err) == 1 and "failed its check" in err[0], err
@@ -157,6 +192,7 @@ print(json.dumps({"traced_programs": len(made), "traces": len(traces), "digest":
 def _child(folder: Path, mode: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     env.update({"SAMFLOW_COMPILE_CACHE": str(folder), "JAX_PLATFORMS": "cpu"})
+    env["JAX_NUM_CPU_DEVICES"] = "2"  # as the command line: a trajectory runs on one of two
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, mode], env=env, capture_output=True, text=True, check=True
@@ -176,3 +212,18 @@ def test_second_process_does_not_trace(tmp_path, mode):
     assert second["traces"] < first["traces"] and second["traces"] <= 5, (first, second)
     assert second["unused"] == [], second
     assert second["digest"] == first["digest"] and second["regime"] == first["regime"]
+
+
+def test_compiled_entries_are_kept_per_machine(store, monkeypatch):
+    """A compiled entry is keyed by the processor (samflow.exported.machine): another
+    machine's is not read (its code may use instructions this one lacks); this one
+    lowers the export, compiles and stores its own beside it."""
+    setup = Setup(rule=SAM_L2, mode="discrete", keep=("beta",), padding=False, sharded=False)
+    with precision(setup.dtype):
+        args = _args(setup, 8, 6)
+        want = _bits(exported.runnable(setup, args, lambda: program(setup))(*args))
+        monkeypatch.setattr(exported, "machine", lambda: "another processor")
+        exported._loaded.clear()
+        got = _bits(exported.runnable(setup, args, lambda: pytest.fail("traced"))(*args))
+    assert got == want
+    assert len(list(store.glob("*" + exported.EXECUTABLE_SUFFIX))) == 2

@@ -36,7 +36,11 @@ CHILD = textwrap.dedent(
     HEADROOM = 3200
     if sys.argv[1] == "off":
         mappings.relieve = lambda: False
-    held = [mmap.mmap(-1, 4096) for _ in range(mappings.cap() - HEADROOM - mappings.count())]
+    if sys.argv[1] == "keep":  # a release that leaves samflow.exported's programs held
+        from samflow import exported
+        exported.forget = lambda: None
+    hold = 0 if sys.argv[1] == "fill" else mappings.cap() - HEADROOM - mappings.count()
+    held = [mmap.mmap(-1, 4096) for _ in range(hold)]
     betas = {}
     for depth in (2, 3, 4, 5, 6, 7):
         t = samflow.trajectory(
@@ -49,13 +53,13 @@ CHILD = textwrap.dedent(
 )
 
 
-def child(relief: str) -> subprocess.CompletedProcess:
+def child(relief: str, cache: str = "off") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", CHILD, relief],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "SAMFLOW_COMPILE_CACHE": "off"},  # every program compiled there
+        env={**os.environ, "SAMFLOW_COMPILE_CACHE": cache},  # off: every program compiled
     )
 
 
@@ -86,3 +90,18 @@ def test_relief_keeps_a_process_under_the_cap():
             runner=samflow.Discrete(eta=0.02, steps=50),
         )
         np.testing.assert_array_equal(np.asarray(out["betas"][depth]), fresh["beta"].values)
+
+
+def test_relief_releases_the_programs_read_back_compiled(tmp_path):
+    """With a compile cache a second process reads its programs back compiled
+    (samflow.exported), outside JAX's caches: a release drops them too. The control: a
+    release that leaves them held does not keep the same child under the cap."""
+    cache = str(tmp_path / "cache")
+    first = child("fill", cache)  # the first process, with all of the cap to itself
+    assert first.returncode == 0, first.stderr[-2000:]
+    done = child("on", cache)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["releases"] >= 2
+    assert out["betas"] == json.loads(first.stdout.strip().splitlines()[-1])["betas"]
+    assert child("keep", cache).returncode != 0, "a release that keeps them sufficed"
