@@ -139,22 +139,30 @@ def _remove(path: Path, why: str) -> None:
     with contextlib.suppress(OSError):
         path.unlink()
     print(
-        f"samflow: exported program {path.name[:40]} in {path.parent} {why}; removed, "
-        "tracing afresh",
+        f"samflow: stored program {path.name[:40]} in {path.parent} {why}; removed, made afresh",
         file=sys.stderr,
     )
 
 
-def _read(path: Path, key_text: str, leaves):
-    """The stored program at ``path`` for ``leaves``, or None (absent, or removed)."""
+def _checked(path: Path, magic: bytes, key_text: str) -> bytes | None:
+    """The bytes of the entry at ``path`` where it starts with ``magic`` and the SHA-256
+    of ``key_text`` and them; None where it is absent, or fails (then removed)."""
     try:
         data = path.read_bytes()
     except OSError:
         return None
-    n = len(MAGIC) + 32
+    n = len(magic) + 32
     blob = data[n:]
-    if data[: len(MAGIC)] != MAGIC or data[len(MAGIC) : n] != _digest(key_text, blob):
+    if data[: len(magic)] != magic or data[len(magic) : n] != _digest(key_text, blob):
         _remove(path, "failed its check (damaged or not this program)")
+        return None
+    return blob
+
+
+def _read(path: Path, key_text: str, leaves):
+    """The stored program at ``path`` for ``leaves``, or None (absent, or removed)."""
+    blob = _checked(path, MAGIC, key_text)
+    if blob is None:
         return None
     try:
         exported = jax.export.deserialize(bytearray(blob))
@@ -280,15 +288,8 @@ def _executable_key(key_text: str, leaves) -> str:
 def _read_executable(path: Path, key_text: str):
     """The compiled program stored at ``path`` (a :class:`jax.stages.Compiled`), or
     None (absent, or removed)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    n = len(EXECUTABLE_MAGIC) + 32
-    blob = data[n:]
-    head = data[: len(EXECUTABLE_MAGIC)]
-    if head != EXECUTABLE_MAGIC or data[len(EXECUTABLE_MAGIC) : n] != _digest(key_text, blob):
-        _remove(path, "failed its check (damaged or not this program)")
+    blob = _checked(path, EXECUTABLE_MAGIC, key_text)
+    if blob is None:
         return None
     try:
         import pickle
