@@ -4,7 +4,7 @@ A process's first result waits on two things that need not wait on each other: r
 its compiled program back from the compile cache (XLA deserialises and links it,
 0.3-0.4 s for a flow on a 2-core machine, without holding Python's GIL) and importing
 xarray, which the result is built with (0.23-0.30 s, nearly all pandas, holding it).
-:func:`ahead` starts such an import in a daemon thread just before the program runs,
+:func:`ahead` starts such an import in a thread just before the program runs,
 so the two overlap; the caller's own ``import`` later finds the module in
 ``sys.modules``, or waits on Python's per-module import lock until the thread has
 finished it. An import that fails in the thread is left for the caller's ``import``
@@ -31,13 +31,13 @@ def _import(names: tuple[str, ...]) -> None:
 
 
 def ahead(*names: str) -> None:
-    """Import ``names`` (in order) in a daemon thread, unless all are imported already.
+    """Import ``names`` (in order) in a thread, unless all are imported already.
 
     Call it just before a program whose run leaves the GIL free (a compiled JAX
-    program, the compile cache's read of it) and only where the caller imports the
-    same modules afterwards, so that the thread has finished before the process ends."""
+    program, the compile cache's read of it), where the caller imports the same modules
+    afterwards. The thread is not a daemon: a process that ends early (an error, an
+    interrupt) waits for the import to finish rather than tear an extension module's
+    initialisation down half way."""
     missing = tuple(name for name in names if name not in sys.modules)
     if missing:
-        thread = threading.Thread(target=_import, args=(missing,), name="samflow-preload")
-        thread.daemon = True
-        thread.start()
+        threading.Thread(target=_import, args=(missing,), name="samflow-preload").start()
