@@ -6,7 +6,7 @@ compilation again. With it a second process reads the compiled program back. The
 programs of samflow's own settings are stored by :mod:`samflow.exported` instead, in the
 folder ``exported/`` inside this one, exported and compiled, so that the second process
 does not trace, lower or compile them again (1-3 s for a flow); JAX's cache keeps the
-rest (a user's rule, a boundary's bisection, ``samflow.fit``, the CNN).
+rest (a user's rule or model, ``samflow.fit``, the CNN).
 
 Where: ``--compile-cache DIR`` (the command line), else ``$SAMFLOW_COMPILE_CACHE``,
 else ``$XDG_CACHE_HOME/samflow/jax`` (``~/.cache/samflow/jax``), beside the image data
