@@ -28,7 +28,9 @@ removed with one line on stderr and made afresh (a damaged compiled entry from t
 export, a damaged export traced afresh), never run. A program with a piece of the
 user's (a rule, a model, a solver object) is not stored: its code is not in the key.
 With the compile cache off nothing is stored or read either. The compiled programs a
-process holds are released with JAX's (:func:`samflow.mappings.release`).
+process holds are released with JAX's (:func:`samflow.mappings.release`). As JAX's own
+cache, the folder is trusted: a compiled entry is machine code (and a pickle), so only
+its owner should be able to write there.
 """
 
 from __future__ import annotations
@@ -235,8 +237,8 @@ def _lowered(exported, leaves):
 
 
 def _compile(lowered):
-    """``lowered`` compiled afresh, not read from JAX's compile cache, and whether it
-    was: XLA's CPU client serialises a program it read back from that cache without
+    """``lowered`` compiled afresh, not read from (nor written to) JAX's compile cache,
+    and whether it was: XLA's CPU client serialises a program it read back from that cache without
     the code of its kernels (a later process that loads it fails with "Function ...
     not found"), so only a program compiled here is stored (:func:`_store_executable`).
     Where this JAX has other internals, it compiles as usual and says not fresh."""
@@ -338,15 +340,14 @@ def forget() -> None:
 def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Callable | None:
     """A function of ``args`` (a pytree of placed JAX arrays) that runs the program of
     ``setup``: its compiled form read back from disk; or else its export read back (or
-    exported now from ``traced()``, the jitted program) and compiled (JAX's compile cache
-    holds it where an earlier process compiled it), both then stored. None where the
-    setup is not exported (a piece of the user's, the compile cache off, or no
-    ``jax.export`` serialisation here: ``flatbuffers`` missing), and the caller runs the
-    traced program itself.
+    exported now from ``traced()``, the jitted program) and compiled afresh
+    (:func:`_compile`), both then stored. None where the setup is not exported (a piece
+    of the user's, the compile cache off, or no ``jax.export`` serialisation here:
+    ``flatbuffers`` missing), and the caller runs the traced program itself.
 
     A compiled entry skips even the lowering of the stored program's call (0.1-0.2 s of
     a flow's first call): the process deserialises it and runs it. It is keyed as the
-    export is and by :func:`machine` besides.
+    export is and by :func:`machine` and the arguments' devices besides.
 
     Call it under the setup's precision (:func:`samflow.precision.precision`), as the
     program runs."""
@@ -357,17 +358,16 @@ def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Calla
         return None
     leaves, tree = jax.tree.flatten(args)
     key_text = key(text, tree, leaves)
-    compiled = _loaded.get(key_text)
+    compiled_key = _executable_key(key_text, leaves)
+    compiled = _loaded.get(compiled_key)
     if compiled is None:
-        name = hashlib.sha256(key_text.encode()).hexdigest()
-        compiled_key = _executable_key(key_text, leaves)
         compiled_path = where / (
             hashlib.sha256(compiled_key.encode()).hexdigest() + EXECUTABLE_SUFFIX
         )
         compiled = _read_executable(compiled_path, compiled_key)
         mappings.loaded()  # its kernels' pages count (samflow.mappings)
         if compiled is None:
-            path = where / (name + SUFFIX)
+            path = where / (hashlib.sha256(key_text.encode()).hexdigest() + SUFFIX)
             exported = _read(path, key_text, leaves)
             if exported is None:
                 try:
@@ -385,5 +385,5 @@ def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Calla
                 _store_executable(compiled_path, compiled_key, compiled)
         if len(_loaded) >= 256:
             _loaded.clear()
-        _loaded[key_text] = compiled
+        _loaded[compiled_key] = compiled
     return lambda *a: compiled(*jax.tree.leaves(a))
