@@ -161,6 +161,16 @@ def _checked(path: Path, magic: bytes, key_text: str) -> bytes | None:
     return blob
 
 
+def _write(path: Path, magic: bytes, key_text: str, blob: bytes) -> None:
+    """Write ``blob`` at ``path`` as an entry :func:`_checked` reads back, atomically
+    (:func:`samflow.io.atomic_write`); nothing where the folder cannot be written."""
+    from samflow.io import atomic_write
+
+    entry = magic + _digest(key_text, blob) + blob
+    with contextlib.suppress(OSError):
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
+
+
 def _read(path: Path, key_text: str, leaves):
     """The stored program at ``path`` for ``leaves``, or None (absent, or removed)."""
     blob = _checked(path, MAGIC, key_text)
@@ -321,11 +331,7 @@ def _store_executable(path: Path, key_text: str, compiled) -> None:
         blob = zlib.compress(pickle.dumps((*serialize_executable.serialize(compiled), ids)), 1)
     except Exception:  # this JAX cannot serialise it: later processes read the export
         return
-    with contextlib.suppress(OSError):
-        from samflow.io import atomic_write
-
-        entry = EXECUTABLE_MAGIC + _digest(key_text, blob) + blob
-        atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
+    _write(path, EXECUTABLE_MAGIC, key_text, blob)
 
 
 _loaded: dict[str, object] = {}
@@ -365,8 +371,9 @@ def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Calla
             hashlib.sha256(compiled_key.encode()).hexdigest() + EXECUTABLE_SUFFIX
         )
         compiled = _read_executable(compiled_path, compiled_key)
-        mappings.loaded()  # its kernels' pages count (samflow.mappings)
-        if compiled is None:
+        if compiled is not None:
+            mappings.loaded()  # its kernels' pages count (samflow.mappings)
+        else:  # made here: JAX's compile events mark it
             path = where / (hashlib.sha256(key_text.encode()).hexdigest() + SUFFIX)
             exported = _read(path, key_text, leaves)
             if exported is None:
@@ -375,11 +382,7 @@ def runnable(setup: Setup, args: tuple, traced: Callable[[], Callable]) -> Calla
                 except ImportError:  # serialisation needs flatbuffers
                     return None
                 exported = jax.export.deserialize(bytearray(blob))
-                with contextlib.suppress(OSError):
-                    from samflow.io import atomic_write
-
-                    entry = MAGIC + _digest(key_text, blob) + blob
-                    atomic_write(path, lambda tmp: Path(tmp).write_bytes(entry))
+                _write(path, MAGIC, key_text, blob)
             compiled, fresh = _compile(_lowered(exported, leaves))
             if fresh:
                 _store_executable(compiled_path, compiled_key, compiled)

@@ -10,9 +10,9 @@ so the two overlap; the caller's own ``import`` later finds the module in
 finished it. An import that fails in the thread is left for the caller's ``import``
 to raise, as it would have without this.
 
-Measured (benchmarks/bench.py case 9, docs/benchmarks.md): a second process's first
-flow trajectory, 2.10 s without and ~1.9 s with, against 1.19 s for the bare start of
-JAX.
+Measured alone (before compiled entries, docs/benchmarks.md#start-up): a second
+process's first flow trajectory, 2.02 s without and 1.91 s with, against 1.19 s for the
+bare start of JAX (medians of 9 interleaved rounds).
 """
 
 from __future__ import annotations
