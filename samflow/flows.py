@@ -135,16 +135,23 @@ class Tsit5(diffrax.Tsit5):
 
     interpolation_cls: ClassVar[Callable[..., Tsit5Interpolation]] = Tsit5Interpolation
 
+    def init(self, terms, t0, t1, y0, args):
+        # The field at the start, evaluated once before the solver's loop (diffrax
+        # evaluates it in the first step, under a branch that every step then runs).
+        return jnp.zeros((), bool), terms.vf(t0, y0, args)
+
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        first, f0 = solver_state
+        _, f0 = solver_state
         control = terms.contr(t0, t1)
         dt = t1 - t0
-        # The first step (or one after a jump) has no stored field: evaluate it. Any
-        # trajectory of a vmapped batch needing it makes the batch evaluate it, as in
-        # diffrax (an unbatched predicate keeps this a branch, not a select).
-        f0 = jax.lax.cond(
-            eqxi.unvmap_any(first | made_jump), lambda: terms.vf(t0, y0, args), lambda: f0
-        )
+        if made_jump is not False:
+            # After a jump the stored field is stale: evaluate it. Any trajectory of a
+            # vmapped batch needing it makes the batch evaluate it, as in diffrax (an
+            # unbatched predicate keeps this a branch, not a select). diffrax passes
+            # False itself where the controller cannot jump (samflow's solves): no branch.
+            f0 = jax.lax.cond(
+                eqxi.unvmap_any(made_jump), lambda: terms.vf(t0, y0, args), lambda: f0
+            )
         ks = [terms.prod(f0, control)]
         for a_row, c in zip(_TSIT5_A, _TSIT5_C, strict=True):
             yi = y0
