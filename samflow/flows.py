@@ -136,12 +136,13 @@ class Tsit5(diffrax.Tsit5):
     interpolation_cls: ClassVar[Callable[..., Tsit5Interpolation]] = Tsit5Interpolation
 
     def init(self, terms, t0, t1, y0, args):
-        # The field at the start, evaluated once before the solver's loop (diffrax
-        # evaluates it in the first step, under a branch that every step then runs).
-        return jnp.zeros((), bool), terms.vf(t0, y0, args)
+        # The solver's state is the field at the step's start (first same as last):
+        # evaluated here once before the loop (diffrax evaluates it in the first step,
+        # under a branch that every step then runs, and keeps a first-step flag for it).
+        return terms.vf(t0, y0, args)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        _, f0 = solver_state
+        f0 = solver_state
         control = terms.contr(t0, t1)
         dt = t1 - t0
         if made_jump is not False:
@@ -161,7 +162,7 @@ class Tsit5(diffrax.Tsit5):
             ks.append(terms.prod(fi, control))
         y_error = sum(b * k for b, k in zip(_TSIT5_B_ERROR, ks, strict=True))
         dense = dict(y0=y0, y1=yi, k=jnp.stack(ks))
-        return yi, y_error, dense, (jnp.zeros((), bool), fi), diffrax.RESULTS.successful
+        return yi, y_error, dense, fi, diffrax.RESULTS.successful
 
 
 _TSIT5_TABLEAU = diffrax.Tsit5.tableau
