@@ -12,13 +12,17 @@ tolerance or rule) costs about 10 s. An opt-in pytest plugin, off in ``make test
 Each test appends one JSON line (also from every xdist worker): its wall and CPU
 seconds, ``trace``, ``lower`` and ``compile`` seconds (``compile`` includes reading a
 program back from the cache), ``compiled`` (programs compiled) and ``cached`` (programs
-read back). Work in child processes (the command line, a second process) is not seen.
+read back), and ``programs``: each samflow program traced (its
+:class:`samflow.engine.Setup`, the rule by name, and the shapes of its arguments), from
+which the summary counts the setups the run compiled. Work in child processes (the
+command line, a second process) is not seen.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import re
 import sys
 import time
 
@@ -30,6 +34,7 @@ _EVENTS = {
     "/jax/core/compile/backend_compile_duration": "compile",
 }
 _now: collections.Counter = collections.Counter()
+_setups: list[str] = []
 
 
 def _duration(event: str, seconds: float, **_) -> None:
@@ -59,12 +64,42 @@ def pytest_configure(config):
 
         jax.monitoring.register_event_duration_secs_listener(_duration)
         jax.monitoring.register_event_listener(_event)
+        _name_programs()
+
+
+def _text(setup) -> str:
+    """``setup`` as text, the same in every process: its rule by name and no addresses."""
+    text = repr(setup).replace(repr(setup.rule), repr(setup.rule.name))
+    return re.sub(r" at 0x[0-9a-f]+", "", text)
+
+
+def _name_programs() -> None:
+    """Record each samflow program that is traced (its :class:`samflow.engine.Setup`
+    and input shapes), so that a report can say which setups the suite compiles."""
+    import jax
+
+    from samflow import engine
+
+    traced = engine.traced_program
+
+    def named(setup):
+        run = traced(setup)
+
+        def run_named(points, times, *rest, **kw):
+            shapes = [tuple(x.shape) for x in jax.tree_util.tree_leaves(points)]
+            _setups.append(f"{_text(setup)} points {shapes} times {tuple(times.shape)}")
+            return run(points, times, *rest, **kw)
+
+        return run_named
+
+    engine.traced_program = named
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     path = item.config.getoption("compile_report")
     _now.clear()
+    _setups.clear()
     wall, cpu = time.perf_counter(), time.process_time()
     yield
     if path:
@@ -75,6 +110,7 @@ def pytest_runtest_protocol(item, nextitem):
             **{k: round(_now[k], 3) for k in ("trace", "lower", "compile")},
             "compiled": _now["programs"] - _now["cached"],
             "cached": _now["cached"],
+            "programs": list(_setups),
         }
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -98,6 +134,18 @@ def summary(rows: list[dict]) -> str:
     total = sum(f["wall"] for f in files.values())
     jit = sum(f["trace"] + f["lower"] + f["compile"] for f in files.values())
     lines.append(f"{total:8.1f} {jit:8.1f}  all ({len(rows)} tests)")
+    parts = {k: sum(f[k] for f in files.values()) for k in ("trace", "lower", "compile")}
+    lines.append(
+        f"of {total:.0f} s: tracing {parts['trace']:.0f} s, lowering {parts['lower']:.0f} s, "
+        f"compiling {parts['compile']:.0f} s"
+    )
+    traced = [p for row in rows for p in row.get("programs", [])]
+    setups = {p.split(" points ")[0] for p in traced}
+    again = sum(n - 1 for n in collections.Counter(traced).values())
+    lines.append(
+        f"samflow programs traced: {len(traced)} ({len(set(traced))} setups and shapes, "
+        f"{len(setups)} setups; traced again: {again})"
+    )
     lines += ["", head.replace("tests", "") + "test"]
     for row in sorted(rows, key=lambda r: -r["wall"])[:30]:
         j = row["trace"] + row["lower"] + row["compile"]
