@@ -44,6 +44,7 @@ from samflow import balanced, compile_cache, devices, exported, mappings
 from samflow import fate as fates
 from samflow.classification import Classification
 from samflow.discrete import Extension, Observer, simulate
+from samflow.flow_config import ANY_EXTEND
 from samflow.layout import argmax_rows, sum_rows
 from samflow.model import DEFAULT, Model, Problem, layer_mask
 from samflow.precision import precision
@@ -630,6 +631,7 @@ def _flow_tile(setup: Setup) -> Callable:
             config=setup.flow,
             major=major,
             model=setup.model,
+            extend=cap,
         )
         at_blowup = sol.blowup & (depth >= 3)
         # The path runs to the stop: at an upper event (a blow-up, or the overflow guard
@@ -719,8 +721,10 @@ def program(setup: Setup) -> Callable:
     scalar, None: ``T``) how many of them are real: the rest repeat the last time and
     are masked out of the summaries; ``cap`` (a scalar of ``times``' dtype; None:
     ``setup.step_cap``) the step a discrete run taken to its fate ends at in any case
-    (read only where ``setup.step_cap`` is not None). Returns a dict of ``[C, ...]``
-    arrays (the names of :data:`samflow.schema.POINT`).
+    (read only where ``setup.step_cap`` is not None), and for a flow whose
+    ``setup.flow.extend`` is :data:`samflow.flow_config.ANY_EXTEND`, the ratio
+    ``tau_cap / tau_max`` (:func:`start_points` runs every ``tau_cap`` so). Returns a
+    dict of ``[C, ...]`` arrays (the names of :data:`samflow.schema.POINT`).
     """
     return jax.jit(traced_program(setup))
 
@@ -760,6 +764,8 @@ def traced_program(setup: Setup) -> Callable:
         if cap is None:
             if setup.step_cap is not None and setup.step_cap < 0:
                 raise ValueError("a program of ANY_CAP needs its cap as an argument")
+            if setup.flow is not None and setup.flow.extend == ANY_EXTEND:
+                raise ValueError("a program of ANY_EXTEND needs its extend as the cap")
             cap = 0 if setup.step_cap is None else setup.step_cap
         cap = jnp.asarray(cap, times.dtype)
         theta0 = points.theta0
@@ -871,7 +877,10 @@ def start_points(
     cap is more than :data:`FIRST_PASS` times the last record's step: all of them up to
     that, then (in ``result``) the undecided ones again, from their start, up to the cap
     (``first_pass=False``). Each run's records and label are one run's, whichever pass
-    gave them: a run is the same map from the same start in either batch.
+    gave them: a run is the same map from the same start in either batch. Flows taken
+    past the horizon (``tau_cap``) run the program of
+    :data:`samflow.flow_config.ANY_EXTEND`, with ``tau_cap / tau_max`` as its ``cap``:
+    one compiled program for every ``tau_cap``.
     """
     C, T = points.size, len(times)
     whole, cap = setup, setup.step_cap
@@ -880,10 +889,14 @@ def start_points(
         first = FIRST_PASS * int(times[-1])
         again = first < cap and _certifiable(setup, np.shape(points.X)[-2])
         cap = min(cap, first) if again else cap
+    flow = setup.flow
+    if flow is not None and flow.capped:  # any tau_cap: its ratio is the program's argument
+        cap, flow = flow.extend, flow._replace(extend=ANY_EXTEND)
     setup = replace(
         setup,
         step_path=step_path(setup, points),
         step_cap=None if cap is None or setup.mode != "discrete" else ANY_CAP,
+        flow=flow,
     )
     n_dev = len(devices.mesh().devices.flat) if setup.sharded else 1
     # A sharded batch also to whole vectors on every device: its tiles hold a multiple of

@@ -41,7 +41,9 @@ class FlowConfig(NamedTuple):
             initial value; blow-up (L >= 3) at ``L/(L-2)`` times this.
         extend: ``tau_cap / tau_max`` of :class:`samflow.Flow` (1: no extension): a run
             not decided at the horizon goes on to ``extend`` times it, stopped where
-            its fate is decided.
+            its fate is decided. :data:`ANY_EXTEND`: the same, with the ratio an argument
+            of the compiled program (:func:`samflow.engine.start_points`), so that one
+            program serves every ``tau_cap``.
     """
 
     formulation: str
@@ -52,6 +54,11 @@ class FlowConfig(NamedTuple):
     log_beta_max: float
     singular_log_range: float
     extend: float = 1.0
+
+    @property
+    def capped(self) -> bool:
+        """Whether a run not decided at the horizon goes on (``tau_cap``)."""
+        return self.extend == ANY_EXTEND or self.extend > 1
 
     @classmethod
     def of(cls, runner: Flow, formulation: str, dtype) -> FlowConfig:
@@ -75,6 +82,13 @@ class FlowConfig(NamedTuple):
             singular_log_range=singular_log_range(dtype),
             extend=1.0 if runner.tau_cap is None else runner.tau_cap / runner.tau_max,
         )
+
+
+ANY_EXTEND = -1.0
+"""``FlowConfig.extend`` of the program that :func:`samflow.engine.start_points` runs for
+any ``tau_cap``: runs go on past the horizon, to the ratio ``tau_cap / tau_max`` given
+as the program's argument ``cap`` (as a discrete program of
+:data:`samflow.engine.ANY_CAP` takes its step cap)."""
 
 
 def formulation_for(

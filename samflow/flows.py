@@ -74,7 +74,11 @@ from samflow import fate as fates
 from samflow import runners
 from samflow.compile_cache import no_host_checks
 from samflow.errors import InputError
-from samflow.flow_config import FlowConfig, formulation_for  # noqa: F401 (its callers import it here)
+from samflow.flow_config import (  # noqa: F401 (its callers import FlowConfig here)
+    ANY_EXTEND,
+    FlowConfig,
+    formulation_for,
+)
 from samflow.layout import max_rows, min_rows
 from samflow.model import DEFAULT, Model, Problem, inner_products, layer_mask, weighted_points
 from samflow.regimes import LeaderPath, path_enter, path_start, top
@@ -583,10 +587,10 @@ class LeaderWatch(diffrax.AbstractAdaptiveStepSizeController):
         return keep, tprev, tnext, jump, (inner_state, path, last), result
 
 
-def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond_fn):
+def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond_fn, extend):
     """The diffrax solve of ``field`` from ``y0`` over ``saves`` ``[T]`` (``saves[0] = 0``
     the start, ``saves[-1]`` the horizon; kept there and at the end, which is
-    ``config.extend`` times the horizon), stopped where ``cond_fn`` changes sign, with
+    ``extend`` times the horizon), stopped where ``cond_fn`` changes sign, with
     the leader path watched between the steps (:class:`LeaderWatch`, ``log_beta`` the
     state's ``log |beta|``). ``start``: beta and its rate at the start, for the first
     leader; ``major`` (1-based, :func:`_major`). Returns the solution and that first
@@ -609,7 +613,7 @@ def _solve(field, y0, args, saves, config, problem, major, start, log_beta, cond
             diffrax.ODETerm(field),
             solver_of(config),
             t0=saves[0],
-            t1=saves[-1] * config.extend,
+            t1=saves[-1] * extend,
             dt0=None,
             y0=y0,
             args=args,
@@ -802,10 +806,14 @@ def integrate(
     config: FlowConfig,
     major: Array | int | None = None,
     model: Model = DEFAULT,
+    extend: Array | None = None,
 ) -> FlowSolution:
     """Pure, vmappable solve from ``theta0`` ``[L_max, d]`` saving at ``save_tau`` ``[T]``.
 
-    ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon. ``major`` (1-based)
+    ``save_tau[0]`` must be 0 and ``save_tau[-1]`` is the horizon. ``extend``: the
+    ratio ``tau_cap / tau_max`` where ``config.extend`` is
+    :data:`samflow.flow_config.ANY_EXTEND` (a scalar of ``save_tau``'s dtype; otherwise
+    not read). ``major`` (1-based)
     is the major coordinate, for the leader path: by default ``argmax_j mu_j`` of one
     point; ``n`` points need it given (:func:`samflow.model.major_coordinate`).
     ``model``: the parametrisation and loss (static), solved as :func:`formulated` says.
@@ -890,7 +898,7 @@ def integrate(
         )
         return code.astype(jnp.int32), jnp.asarray(winner, jnp.int32)
 
-    if config.extend > 1 and f.certify is not None:  # past the horizon, stop where decided
+    if config.capped and f.certify is not None:  # past the horizon, stop where decided
 
         def cond_fn(t, y, args, **kwargs):
             cert = certificate(y)
@@ -904,9 +912,15 @@ def integrate(
             proven = f.singular and f.proves_collapse is not None
             return edges(y, f.proves_collapse(y) if proven else certified_collapse(None))
 
+    if config.extend == ANY_EXTEND:
+        if extend is None:
+            raise ValueError("a flow of FlowConfig.extend ANY_EXTEND needs its extend")
+        extend = jnp.asarray(extend, save_scaled.dtype)
+    else:
+        extend = config.extend
     sol, lead_start = _solve(
         field, y0, args, save_scaled, config, problem, major, (beta0, dbeta0), f.log_beta,
-        cond_fn,
+        cond_fn, extend,
     )  # fmt: skip
     ys, y_end, event, failed = _ended(sol)
     # The last state's certificate with what is tried only there (BalancedFlow.end_fate).

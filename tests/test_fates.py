@@ -57,6 +57,47 @@ def test_the_depth_3_example_is_returned_at_the_horizon_and_at_its_fate():
     assert capped.attrs["tau_cap"] == 2000.0
 
 
+def test_one_program_serves_every_tau_cap(monkeypatch):
+    """tau_cap is an argument of the compiled program, not part of its key
+    (FlowConfig.extend ANY_EXTEND): the example above to three caps runs one program,
+    and each run goes on to its own cap. At 230, before the minor takes the lead (236.67),
+    it is unresolved; at 260, with the minor leading after the major, its certificate
+    says returned; with 2000, it stops at its fate past the major's lead again (270.81),
+    before the blow-up at 271.72."""
+    from samflow import engine
+    from samflow.flow_config import ANY_EXTEND
+
+    runs = []
+    runnable = engine.exported.runnable
+
+    def spy(setup, args, traced):
+        runs.append((setup, float(args[-1])))
+        return runnable(setup, args, traced)
+
+    monkeypatch.setattr(engine.exported, "runnable", spy)
+    problem = dict(depth=3, mu=MU, alpha=2e-3, rho=0.05)
+    out = {
+        cap: samflow.trajectory(
+            "sam-l2", **problem, runner=samflow.Flow(tau_max=200.0, tau_cap=cap)
+        )
+        for cap in (230.0, 260.0, 2000.0)
+    }
+    assert [ratio for _, ratio in runs] == [1.15, 1.3, 10.0]
+    assert all(setup == runs[0][0] for setup, _ in runs)
+    assert runs[0][0].flow.extend == ANY_EXTEND
+    # stopped at the cap: 200 * (cap / 200), to an ulp
+    assert out[230.0].attrs["stop_tau"] == pytest.approx(230.0, rel=1e-15)
+    assert int(out[230.0]["regime"]) == UNRESOLVED
+    np.testing.assert_array_equal(out[230.0]["leader_path"].values[:2], [4, 0])
+    assert out[260.0].attrs["stop_tau"] == pytest.approx(260.0, rel=1e-15)
+    assert int(out[260.0]["regime"]) == RETURNED
+    np.testing.assert_array_equal(out[260.0]["leader_path"].values[:3], [4, 3, 0])
+    fate = out[2000.0]
+    assert int(fate["regime"]) == RETURNED
+    np.testing.assert_array_equal(fate["leader_path"].values[:4], [4, 3, 4, 0])
+    assert 270.81 < fate.attrs["stop_tau"] < 271.72
+
+
 @pytest.mark.parametrize(
     ("method", "depth", "rho"),
     [
