@@ -28,12 +28,17 @@ Where things live:
 - :mod:`samflow.cli`: the ``samflow`` command line.
 
 Float64 is the default precision, enabled per call (see :mod:`samflow.precision`),
-never globally on import.
+never globally on import. What importing samflow does set, before JAX starts: XLA's CPU
+compiler runs each small loop as one compiled function (:mod:`samflow.xla_options`; the
+same numbers, faster; ``SAMFLOW_XLA_LOOPS=default`` leaves ``XLA_FLAGS`` alone).
 """
 
 from importlib import import_module
 
 from samflow.errors import InputError
+from samflow.xla_options import compile_whole_loops
+
+compile_whole_loops()
 
 # Where each public name lives. They load on first use (PEP 562), so that importing
 # samflow (and the command line's --help and its input errors) does not import JAX, nor

@@ -40,7 +40,7 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from samflow import balanced, compile_cache, devices, exported, mappings
+from samflow import balanced, compile_cache, devices, exported, mappings, xla_options
 from samflow import fate as fates
 from samflow.classification import Classification
 from samflow.discrete import Extension, Observer, simulate
@@ -79,7 +79,19 @@ FLOW_TILE_POINTS = 256
 """Flow sweeps solve this many trajectories in lockstep (one vmapped solve): fewer waste
 steps on the slowest trajectory of the tile, more pay the solver's per-step overhead."""
 UNROLL = 4
-"""Steps per iteration of the inner step loop of discrete runs (less loop overhead)."""
+"""Steps per iteration of the inner step loop of discrete runs where XLA launches the
+loop body's kernels at every iteration (fewer launches per step; :func:`unroll`)."""
+
+
+def unroll() -> int:
+    """Steps per iteration of a discrete run's inner step loop: :data:`UNROLL`, or 1 where
+    XLA compiles the loop whole (:func:`samflow.xla_options.loops_compiled_whole`), where
+    an unrolled body only makes the function longer: bench case 1's sweep took 0.27-0.34 s
+    with 1 against 0.35-0.48 s with 4 (wall, 2 devices, interleaved, 2026-12-07). The
+    same steps in the same order either way."""
+    return 1 if xla_options.loops_compiled_whole() else UNROLL
+
+
 RECORDED = frozenset(name for name, v in POINT.items() if v.dims[:2] == (GRID, "time"))
 """The outputs with a record axis (after the point axis; :data:`samflow.schema.POINT`),
 cut back to the records asked for by :func:`run_points`."""
@@ -560,7 +572,7 @@ def _discrete_tile(setup: Setup) -> Callable:
             eta,
             times,
             rule=setup.rule,
-            unroll=UNROLL,
+            unroll=unroll(),
             observer=_counting(n_records),
             record_beta=keep_beta,
             save_theta=keep_theta,
