@@ -13,8 +13,8 @@ step loop (a 256-point tile with its records and leader path, a few hundred KiB 
 iteration) launched some thirty kernels per block of four steps, each doing a few dozen
 vector instructions. With the threshold at :data:`THRESHOLD` those loops, and the loops
 of a flow without saves in them, run as one function each: the same numbers bit for bit
-on every sweep compared (docs/benchmarks.md#whole-loops), faster runs and faster
-compiles. The setting is process-wide but changes no result: it decides how a loop is
+on every sweep compared (docs/benchmarks.md#whole-loops), faster runs, compiles as long
+as before. The setting is process-wide but changes no result: it decides how a loop is
 launched, not what it computes, and only loops below the threshold (a loop over large
 arrays, such as a CNN's training loop, keeps its kernels).
 """
