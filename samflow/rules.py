@@ -1149,6 +1149,16 @@ def _l2_follows(s, mu, L, rho, eta=None, tries=None, e_max=0.3, start_share=0.01
     return status == 1, winner.astype(jnp.int32), leader.astype(jnp.int32)
 
 
+def _usam_peak(p):
+    """The top ``y* = p (1 + e^-y*)`` of ``y^p sigmoid(-y)`` (``0 <= p < 1``), by its
+    contraction from ``y = p``: ``|slope| <= p e^-y < 1``, 40 steps to 1e-12 and less.
+
+    A loop, not unrolled: unrolled, with ``p`` a constant of the program (one depth), XLA's
+    algebraic simplifier went round in circles on the chain (50 runs and a logged error
+    at every compile of a USAM program that takes runs to their fate)."""
+    return jax.lax.fori_loop(0, 40, lambda _, y: p * (1 + jnp.exp(-y)), p)
+
+
 def _usam_lead(s, mu, L, rho, eta=None):
     """USAM's lead certificates at every depth
     (docs/theory/regimes.md#lead-certificates-at-every-depth), for the coordinate ``w``
@@ -1183,9 +1193,7 @@ def _usam_lead(s, mu, L, rho, eta=None):
     inside = inside_by <= 0
     fall = log_1mc + log_L + log_mu[w] + L * s[w] >= jnp.log(jnp.maximum(L - 2, 0.0))
     p = 1 - 2 / L
-    peak = p
-    for _ in range(40):  # y* = p (1 + e^-y*): |slope| <= p e^-y < 1, 40 steps to 1e-12 and less
-        peak = p * (1 + jnp.exp(-peak))
+    peak = _usam_peak(p)
 
     def log_theta(log_v):  # log of L rho sup_{v' >= v} phi(v')
         y = jnp.maximum(jnp.exp(log_mu[w] + L * log_v), peak)
@@ -1324,9 +1332,7 @@ def _usam_z_star(log_mu, Lp, log_rho):
     (docs/theory/regimes.md#usam-step-returns)."""
     tiny = jnp.finfo(log_mu.dtype).tiny
     p = 1 - 2 / Lp
-    y_top = p
-    for _ in range(40):  # y* = p (1 + e^-y*), a contraction (as in _usam_lead)
-        y_top = p * (1 + jnp.exp(-y_top))
+    y_top = _usam_peak(p)
     log_top = jnp.log(2 * Lp) + log_rho + (2 / Lp) * jnp.max(log_mu)
 
     def past(z):  # 2 L rho mu_max^(2/L) z^p sigmoid(-z) <= 1

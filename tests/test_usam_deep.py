@@ -4,6 +4,11 @@ written here: SciPy DOP853 flows (rtol 1e-11, log space), NumPy loops of the bal
 map read every step, and the finite limit found by SciPy's brentq from its own equation.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,6 +20,8 @@ import samflow
 from samflow import fate as fates
 from samflow.rules import USAM
 from tests.runs import certify
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _c(u, mu, L):
@@ -554,3 +561,39 @@ def test_a_late_first_lead_of_the_major_comes_past_z_star(depth):
         zs = np.sum(mu[i][:, None] * np.exp(depth * s), axis=0)
         major = np.argmax(s, axis=0) == 3
         assert major[-1] and zs[np.argmax(major)] >= _z_star(mu[i].max(), depth, rho)
+
+
+@pytest.mark.parametrize("depth", [2, 3, 4, 8])
+def test_the_peak_of_usams_bound_solves_its_fixed_point(depth):
+    """``_usam_peak(p)``, the top of ``y^p sigmoid(-y)``, against SciPy's root of ``y - p (1
+    + e^-y)`` in float64. Tolerance 1e-13 of ``y*`` (at least 1e-16): 40 steps of a
+    contraction of slope at most ``p e^-y* <= 0.56`` leave far less, the rest is rounding."""
+    from samflow.precision import precision
+    from samflow.rules import _usam_peak
+
+    p = 1 - 2 / depth
+    expected = 0.0 if p == 0 else brentq(lambda y: y - p * (1 + np.exp(-y)), 0.0, 2.0, xtol=1e-16)
+    with precision("float64"):
+        got = float(_usam_peak(jnp.asarray(p, jnp.float64)))
+    assert abs(got - expected) <= 1e-13 * max(expected, 1e-3)
+    # and it is the top: the derivative of p log y - softplus(y) vanishes there
+    if p > 0:
+        assert abs(p / got - 1 / (1 + np.exp(-got))) <= 1e-12
+
+
+def test_compiling_usams_run_to_its_fate_logs_no_xla_error():
+    """A USAM sweep taken to its fate compiles without XLA's algebraic simplifier going
+    round in circles (it logged an error at every such compile while the fixed point of
+    ``_usam_peak`` was an unrolled chain: docs/theory/regimes.md#usam-peak). In a child
+    process without a compile cache, so that the program is compiled here."""
+    code = (
+        "import samflow; samflow.sweep('usam', depth=3, mu=[1.0, 2.5, 4.0], "
+        "axes={'alpha': [0.01, 0.5], 'rho': [0.1, 1.0]}, "
+        "runner=samflow.Discrete(eta=0.02, steps=200, step_cap=20000))"
+    )
+    env = dict(os.environ, SAMFLOW_COMPILE_CACHE="off", PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "circular simplification" not in out.stderr, out.stderr[-2000:]
