@@ -17,7 +17,8 @@ on as many OpenMP threads), in three layouts of the state:
   summed as rows;
 - ``[d, points], jnp.sum``: the same with one reduction over the coordinate axis;
 
-then the engine itself (bench case 1's sweep, 100 records and 3). Every loop runs
+then the engine itself (bench case 1's sweep, 100 records and 3, and the same run 4 steps
+long: what does not grow with the steps). Every loop runs
 ``--steps`` steps, four per iteration of a ``fori_loop``; each is checked against the C
 kernel's end state (the "median rel. diff" column, :func:`agreement`).
 """
@@ -176,6 +177,10 @@ def main(argv=None) -> int:
         rows.append((f"JAX loop, {layout}", timed(call, args.repeats), agreement(call(), u_c)))
     rows.append(("samflow (sweep engine)", timed(engine_runner(spec), args.repeats), ""))
     rows.append(("samflow, 3 records", timed(engine_runner(few_records(spec)), args.repeats), ""))
+    # what does not grow with the steps: the chunk's set-up, the fates at the end, the
+    # labels and the copy back (the same sweep run 4 steps, 3 records)
+    fixed = few_records(l2_spec(args.points, 2, 4, 4, args.dtype))
+    rows.append(("samflow, 4 steps, 3 records", timed(engine_runner(fixed), args.repeats), ""))
 
     roof = rows[0][1]["seconds"]
     print(

@@ -97,6 +97,7 @@ def test_xla_ceiling_script_runs_the_same_update(capsys):
         *loops,
         "samflow (sweep engine)",
         "samflow, 3 records",
+        "samflow, 4 steps, 3 records",
     ]
     for line in table[2:5]:
         assert float(line.rstrip(" |").rsplit("| ", 1)[1]) < 1e-5
