@@ -36,8 +36,11 @@ def test_measured_rates_predict_another_run():
     GD sweep at depth 3, d = 3, 600 points in 3 chunks, within a factor of 3 either way
     (the stand-in differs in method, depth, d and chunking; the bound leaves room for a
     machine shared with other work). The estimate covers the steps: the sweep is timed
-    on its second and third calls, compiled (the faster kept)."""
-    a, b = estimate.measure()
+    on its second and third calls, compiled (the faster kept), and the rates are
+    measured twice (the faster of each kept): a burst of load during one measurement
+    once put the prediction at 3.4 times the sweep's time."""
+    rates = [estimate.measure() for _ in range(2)]
+    a, b = min(r[0] for r in rates), min(r[1] for r in rates)
     assert 0 < a < estimate.SLOWEST[0] and 0 < b < estimate.SLOWEST[1]
     kw = dict(depth=3, mu=[1.0, 2.0, 3.0], axes={"alpha": np.geomspace(1e-3, 1e-2, 600)},
               chunk=200, runner=samflow.Discrete(eta=1e-3, steps=20000))  # fmt: skip
